@@ -1,0 +1,141 @@
+"""The adapter contract every runtime row implements, and the registry that finds adapters.
+
+The registry maps names to ``"module:Class"`` strings and imports nothing until a worker asks for
+an adapter; third-party adapters come in through the entry-point group ``rtmatrix.adapters`` or a
+``"module:Class"`` string in the matrix file. Adapter modules import their runtime inside
+``import_runtime`` only, so importing an adapter class never imports a runtime.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+ENTRY_POINT_GROUP = "rtmatrix.adapters"
+
+BUILTIN_ADAPTERS: dict[str, str] = {
+    "llama_cpp": "rtmatrix.adapters.llama_cpp:LlamaCppAdapter",
+}
+
+
+class AdapterError(LookupError):
+    """An adapter name or ``module:Class`` string that cannot be resolved."""
+
+
+class RuntimeUnavailable(ImportError):
+    """The runtime behind an adapter is not installed; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    n_ctx: int
+    threads: int
+    n_batch: int = 512
+
+
+class Adapter(ABC):
+    """One runtime behind one interface. Lifecycle: import_runtime -> load -> (prefill, decode)*
+    -> close. ``prefill``/``decode`` return the logits of the last position; the worker times them
+    and does the greedy sampling, so every runtime is measured by the same loop."""
+
+    #: registry name of the runtime row
+    name: ClassVar[str]
+    #: the PyPI distribution whose version, size and license describe the runtime
+    distribution: ClassVar[str]
+    #: the rtmatrix extra that installs it (``pip install 'rtmatrix[<extra>]'``)
+    extra: ClassVar[str]
+    #: the model container it reads (``gguf``, ``onnx``, ...)
+    container: ClassVar[str]
+
+    @abstractmethod
+    def import_runtime(self) -> str:
+        """Import the runtime; return its version. Raise RuntimeUnavailable if it is missing."""
+
+    @abstractmethod
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        """Load the model and create the inference context."""
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Vocabulary size of the loaded model."""
+
+    @property
+    @abstractmethod
+    def special_ids(self) -> dict[str, int]:
+        """``bos`` and ``eos`` token ids of the loaded model (-1 when absent)."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Forget the sequence (KV cache) and zero the runtime's own counters."""
+
+    @abstractmethod
+    def prefill(self, tokens: Sequence[int]) -> None:
+        """Process the prompt; returns when the work is complete (synchronized)."""
+
+    @abstractmethod
+    def decode(self, token: int) -> None:
+        """Process one generated token; returns when the work is complete."""
+
+    @abstractmethod
+    def last_logits(self) -> NDArray[np.float32]:
+        """A copy of the logits for the last processed position."""
+
+    @abstractmethod
+    def counters(self) -> dict[str, float]:
+        """The runtime's own timing counters since ``reset``: any of ``pp_ms``, ``pp_tokens``,
+        ``tg_ms``, ``tg_tokens``, ``load_ms`` (an empty dict when the runtime has none)."""
+
+    @abstractmethod
+    def evidence(self) -> dict[str, Any]:
+        """Debug facilities and placement evidence: system info, devices, log excerpts."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the model and context."""
+
+
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def known_adapters() -> dict[str, str]:
+    """Built-in adapters plus installed plugins (plugins cannot shadow built-ins)."""
+    return _entry_points() | BUILTIN_ADAPTERS
+
+
+def resolve_adapter(name: str) -> str:
+    """A registry name or a ``module:Class`` string -> ``module:Class``."""
+    if ":" in name:
+        return name
+    known = known_adapters()
+    if name in known:
+        return known[name]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    msg = f"unknown runtime {name!r}; {hint}valid: {', '.join(sorted(known))} (or 'module:Class')"
+    raise AdapterError(msg)
+
+
+def load_adapter_class(target: str) -> type[Adapter]:
+    """Import ``module:Class`` and check it is an Adapter (imports the adapter, not its runtime)."""
+    module_name, _, class_name = resolve_adapter(target).partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        msg = f"adapter module {module_name!r} cannot be imported: {exc}"
+        raise AdapterError(msg) from exc
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Adapter)):
+        msg = f"{target!r}: {module_name}.{class_name} is not an rtmatrix Adapter subclass"
+        raise AdapterError(msg)
+    return cls

@@ -1,0 +1,179 @@
+"""The llama.cpp row, through llama-cpp-python's low-level API.
+
+``Llama`` loads the model and creates the context; prefill and decode then call ``llama_decode``
+directly (one batch, synchronized) so the harness clock times the runtime call and little else,
+and llama.cpp's own ``llama_perf_context`` counters are read beside it. All log lines are captured
+with ``llama_log_set`` (``verbose=False`` would otherwise send load errors to /dev/null).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+
+_LEVELS = {0: "none", 1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
+_EVIDENCE_PATTERNS = re.compile(
+    r"assigned to device|buffer size|offload|splits|REPACK|flash_attn|n_ctx|cannot be used|"
+    r"model type|file type|error|failed|warn",
+    re.IGNORECASE,
+)
+_MAX_LOG_LINES = 5000
+
+
+class LlamaCppAdapter(Adapter):
+    name: ClassVar[str] = "llama_cpp"
+    distribution: ClassVar[str] = "llama-cpp-python"
+    extra: ClassVar[str] = "llama-cpp"
+    container: ClassVar[str] = "gguf"
+
+    def __init__(self) -> None:
+        self._lib: Any = None
+        self._llm: Any = None
+        self._ctx: Any = None
+        self._n_vocab = 0
+        self._log: list[tuple[str, str]] = []
+        self._partial = ""
+        self._log_cb: Any = None
+
+    # -- runtime -------------------------------------------------------------------------------
+    def import_runtime(self) -> str:
+        try:
+            import llama_cpp
+        except ImportError as exc:
+            msg = f"llama-cpp-python is not installed ({exc}); pip install 'rtmatrix[llama-cpp]'"
+            raise RuntimeUnavailable(msg) from exc
+        self._lib = llama_cpp
+        self._install_log_capture()
+        return str(llama_cpp.__version__)
+
+    def _install_log_capture(self) -> None:
+        lib = self._lib
+
+        @lib.llama_log_callback  # type: ignore[untyped-decorator]
+        def _cb(level: int, text: bytes, _user: Any) -> None:
+            self._on_log(level, text.decode("utf-8", errors="replace"))
+
+        self._log_cb = _cb  # keep a reference: ctypes does not
+        lib.llama_log_set(_cb, ctypes.c_void_p(0))
+
+    def _on_log(self, level: int, text: str) -> None:
+        if len(self._log) >= _MAX_LOG_LINES:
+            return
+        self._partial += text
+        while "\n" in self._partial:
+            line, self._partial = self._partial.split("\n", 1)
+            self._log.append((_LEVELS.get(level, str(level)), line))
+
+    # -- model ---------------------------------------------------------------------------------
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        self._llm = self._lib.Llama(
+            model_path=str(model_path),
+            n_ctx=params.n_ctx,
+            n_batch=params.n_ctx,
+            n_ubatch=min(params.n_ctx, params.n_batch),
+            n_threads=params.threads,
+            n_threads_batch=params.threads,
+            n_gpu_layers=0,
+            seed=0,
+            verbose=False,
+        )
+        self._ctx = self._llm._ctx.ctx
+        self._n_vocab = int(self._llm.n_vocab())
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_vocab
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        return {"bos": int(self._llm.token_bos()), "eos": int(self._llm.token_eos())}
+
+    def reset(self) -> None:
+        lib = self._lib
+        lib.llama_memory_clear(lib.llama_get_memory(self._ctx), True)
+        lib.llama_perf_context_reset(self._ctx)
+
+    def _decode(self, tokens: Sequence[int]) -> None:
+        lib = self._lib
+        arr = (lib.llama_token * len(tokens))(*tokens)
+        rc = lib.llama_decode(self._ctx, lib.llama_batch_get_one(arr, len(tokens)))
+        lib.llama_synchronize(self._ctx)
+        if rc != 0:
+            msg = f"llama_decode returned {rc} for a batch of {len(tokens)} token(s)"
+            raise RuntimeError(msg)
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self._decode(tokens)
+
+    def decode(self, token: int) -> None:
+        self._decode([token])
+
+    def last_logits(self) -> NDArray[np.float32]:
+        ptr = self._lib.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,)).astype(np.float32, copy=True)
+
+    def counters(self) -> dict[str, float]:
+        perf = self._lib.llama_perf_context(self._ctx)
+        return {
+            "pp_ms": float(perf.t_p_eval_ms),
+            "pp_tokens": float(perf.n_p_eval),
+            "tg_ms": float(perf.t_eval_ms),
+            "tg_tokens": float(perf.n_eval),
+            "load_ms": float(perf.t_load_ms),
+        }
+
+    # -- evidence ------------------------------------------------------------------------------
+    def _devices(self) -> list[dict[str, Any]]:
+        try:
+            from llama_cpp import _ggml
+
+            g = _ggml.libggml
+            g.ggml_backend_dev_count.restype = ctypes.c_size_t
+            g.ggml_backend_dev_get.restype = ctypes.c_void_p
+            g.ggml_backend_dev_get.argtypes = [ctypes.c_size_t]
+            for fn in ("ggml_backend_dev_name", "ggml_backend_dev_description"):
+                getattr(g, fn).restype = ctypes.c_char_p
+                getattr(g, fn).argtypes = [ctypes.c_void_p]
+            devs = []
+            for i in range(g.ggml_backend_dev_count()):
+                d = g.ggml_backend_dev_get(i)
+                devs.append({"name": g.ggml_backend_dev_name(d).decode(),
+                             "description": g.ggml_backend_dev_description(d).decode()})
+            return devs
+        except (ImportError, AttributeError, OSError) as exc:
+            return [{"error": f"device enumeration unavailable: {exc}"}]
+
+    def evidence(self) -> dict[str, Any]:
+        lib = self._lib
+        if lib is None:
+            return {}
+        lines = [f"[{lvl}] {text}" for lvl, text in self._log]
+        placement: dict[str, int] = {}
+        for _, text in self._log:
+            m = re.search(r"layer\s+\d+ assigned to device (\S+)", text)
+            if m:
+                placement[m.group(1).rstrip(",")] = placement.get(m.group(1).rstrip(","), 0) + 1
+        return {
+            "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
+            "gpu_offload_supported": bool(lib.llama_supports_gpu_offload()),
+            "devices": self._devices(),
+            "layer_placement": placement,
+            "log_lines_total": len(self._log),
+            "log_excerpt": [ln for ln in lines if _EVIDENCE_PATTERNS.search(ln)][:80],
+            "log_tail": lines[-40:],
+            "warnings": [f"[{lvl}] {t}" for lvl, t in self._log if lvl in ("warn", "error")][:40],
+        }
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
+            self._ctx = None

@@ -1,0 +1,1 @@
+"""Metric helpers: host profile, package metadata, parity, and per-cell assembly."""

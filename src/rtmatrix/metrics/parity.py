@@ -1,0 +1,62 @@
+"""Parity of a runtime's greedy output with the numpy reference."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+# Max |logit error| on the first step that still counts as agreement, per stored weight type.
+# Quantized runtimes also quantize activations, so their logits drift; tokens-until-divergence is
+# reported rather than demanded for them.
+LOGIT_TOLERANCE = {"f32": 1e-2, "f16": 5e-2, "q8_0": 0.5, "q4_0": 1.0}
+EXACT_TOKENS = frozenset({"f32", "f16"})
+
+
+def agreeing_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def compare(
+    dtype: str,
+    ref_tokens: Sequence[int],
+    ref_logits: NDArray[np.float32],
+    tokens: Sequence[int],
+    logits: NDArray[np.float32] | None,
+) -> dict[str, Any]:
+    agree = agreeing_prefix(ref_tokens, tokens)
+    out: dict[str, Any] = {
+        "status": "measured",
+        "reference": "numpy forward pass on the weights as stored in the file",
+        "tokens_agree": agree,
+        "tokens_compared": len(ref_tokens),
+        "all_tokens_agree": agree == len(ref_tokens) and len(tokens) == len(ref_tokens),
+        "first_divergence": None if agree == len(ref_tokens) else agree,
+    }
+    tol = LOGIT_TOLERANCE.get(dtype)
+    if logits is None or logits.shape != ref_logits.shape:
+        out["max_abs_logit_err"] = None
+        out["logit_reason"] = "runtime returned no first-step logits of the reference's shape"
+        out["within_tolerance"] = False
+        return out
+    finite = bool(np.isfinite(logits).all())
+    err = float(np.max(np.abs(logits.astype(np.float64) - ref_logits))) if finite else None
+    out["max_abs_logit_err"] = err
+    out["logits_finite"] = finite
+    out["logit_tolerance"] = tol
+    ok = err is not None and tol is not None and err <= tol
+    if dtype in EXACT_TOKENS:
+        ok = ok and out["all_tokens_agree"]
+    out["within_tolerance"] = ok
+    return out
+
+
+def unavailable(reason: str) -> dict[str, Any]:
+    return {"status": "unavailable", "reason": reason}

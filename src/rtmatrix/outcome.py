@@ -1,0 +1,99 @@
+"""Outcome and metric value types shared by the worker, runner, results and report."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    """How a cell ended. Every cell gets exactly one."""
+
+    OK = "ok"
+    ERROR = "error"  # the runtime raised a clean error
+    CRASH = "crash"  # the worker died (signal or non-zero exit without a result)
+    TIMEOUT = "timeout"  # the wall-clock limit was hit; the process group was killed
+    OOM = "oom"  # out of memory under the cell's cap
+    UNAVAILABLE = "unavailable"  # runtime not installed / fixture not applicable
+
+
+class Source(StrEnum):
+    """Where a metric value came from."""
+
+    RUNTIME_COUNTER = "runtime-counter"
+    HARNESS_CLOCK = "harness-clock"
+    OS_ACCOUNTING = "os-accounting"
+    PACKAGE_METADATA = "package-metadata"
+    MODELLED = "modelled"
+    UNAVAILABLE = "unavailable"
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float | int]:
+    """mean / sd / median / min / max / n of the counted samples."""
+    vals = [float(v) for v in samples]
+    return {
+        "n": len(vals),
+        "mean": statistics.fmean(vals),
+        "sd": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+    }
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    vals = sorted(float(v) for v in samples)
+    if not vals:
+        msg = "percentile of no samples"
+        raise ValueError(msg)
+    k = (len(vals) - 1) * q / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return vals[lo] + (vals[hi] - vals[lo]) * (k - lo)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One value with its unit and provenance; ``value`` is None only when unavailable."""
+
+    value: float | int | str | None
+    unit: str
+    source: Source
+    reason: str | None = None
+    samples: list[float] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.source is Source.UNAVAILABLE) != (self.value is None):
+            msg = "a metric is unavailable exactly when it has no value"
+            raise ValueError(msg)
+        if self.source is Source.UNAVAILABLE and not self.reason:
+            msg = "an unavailable metric needs a reason"
+            raise ValueError(msg)
+
+    @classmethod
+    def measured(
+        cls, samples: Sequence[float], unit: str, source: Source, **detail: Any
+    ) -> Metric:
+        """The median of repeated samples, with the raw samples kept."""
+        stats = summarize(samples)
+        return cls(stats["median"], unit, source, samples=[float(s) for s in samples],
+                   detail={"stats": stats, **detail})
+
+    @classmethod
+    def unavailable(cls, unit: str, reason: str) -> Metric:
+        return cls(None, unit, Source.UNAVAILABLE, reason=reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"value": self.value, "unit": self.unit, "source": str(self.source)}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.samples is not None:
+            out["samples"] = self.samples
+        if self.detail:
+            out |= self.detail
+        return out

@@ -1,0 +1,99 @@
+"""Read and write run records: validated against the packaged JSON Schema on write and on load,
+written atomically (temp file + rename), older schema versions migrated, newer ones refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+# schema_version N -> function upgrading a record from N to N + 1
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+class ResultError(ValueError):
+    """A result file that cannot be read, is invalid, or is from a newer rtmatrix."""
+
+
+@cache
+def schema() -> dict[str, Any]:
+    text = resources.files("rtmatrix.results").joinpath("schema.json").read_text("utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def schema_path() -> str:
+    return str(resources.files("rtmatrix.results").joinpath("schema.json"))
+
+
+def validate_run(record: dict[str, Any], where: str = "run record") -> None:
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"  at /{'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
+                 for e in errors[:10]]
+        more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
+        msg = f"{where} does not match the rtmatrix result schema v{SCHEMA_VERSION}:\n"
+        raise ResultError(msg + "\n".join(lines) + more)
+
+
+def migrate(record: dict[str, Any], where: str) -> dict[str, Any]:
+    version = record.get("schema_version")
+    if not isinstance(version, int):
+        msg = f"{where}: no integer schema_version; is this an rtmatrix result file?"
+        raise ResultError(msg)
+    if version > SCHEMA_VERSION:
+        msg = (f"{where}: schema_version {version} is newer than this rtmatrix understands "
+               f"({SCHEMA_VERSION}); upgrade rtmatrix to read it")
+        raise ResultError(msg)
+    while version < SCHEMA_VERSION:
+        if version not in MIGRATIONS:
+            msg = f"{where}: no migration from schema_version {version}"
+            raise ResultError(msg)
+        record = MIGRATIONS[version](record)
+        version = record["schema_version"] = version + 1
+    return record
+
+
+def save_run(record: dict[str, Any], path: Path) -> None:
+    """Validate, then write atomically: readers see the old file or the new one, never half."""
+    validate_run(record, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1, sort_keys=False, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_run(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text("utf-8")
+    except OSError as exc:
+        msg = f"{path}: cannot read result file ({exc.strerror})"
+        raise ResultError(msg) from None
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        msg = f"{path}: not valid JSON ({exc}); is it a partially copied file?"
+        raise ResultError(msg) from None
+    if not isinstance(record, dict):
+        msg = f"{path}: expected a JSON object at the top level"
+        raise ResultError(msg)
+    record = migrate(record, str(path))
+    validate_run(record, str(path))
+    return record

@@ -1,0 +1,348 @@
+"""The parent side: spawn one worker per cell, cap and watch it, classify how it ended, assemble
+the metrics and store each finished cell before the next starts. Never imports an adapter."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+
+from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, reference_for
+from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.metrics import cell as cell_metrics
+from rtmatrix.metrics import host, package, parity
+from rtmatrix.outcome import Status
+from rtmatrix.results import save_run
+
+TAIL_CHARS = 4000
+_OOM_HINTS = ("bad_alloc", "out of memory", "cannot allocate memory", "failed to allocate",
+              "memoryerror", "failed to mmap", "mmap failed")
+
+Progress = Callable[[str], None]
+
+
+def _stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the worker process ended, as the parent saw it."""
+
+    returncode: int
+    signal: str | None
+    timed_out: bool
+    wall_s: float
+    spawned: float
+    peak_tree_rss: int | None
+    maxrss: int | None
+    stdout_tail: str
+    stderr_tail: str
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    with contextlib.suppress(psutil.Error):
+        for p in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+    return total
+
+
+def _tail(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - TAIL_CHARS))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GGML_NO_BACKTRACE"] = "1"  # no gdb attach, no core file on abort
+    env["PYTHONFAULTHANDLER"] = "1"  # a Python traceback on SIGSEGV/SIGABRT in stderr
+    return env
+
+
+def launch(args: list[str], job_dir: Path, timeout_s: float, interval_s: float,
+           cwd: Path | None = None) -> Launch:
+    """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the tree's RSS;
+    kill the whole group at the deadline; reap with wait4 for the OS's own peak RSS."""
+    out_path, err_path = job_dir / "stdout.txt", job_dir / "stderr.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        spawned = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "rtmatrix.worker", *args], stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=worker_env(),
+                                start_new_session=True)
+    ps = psutil.Process(proc.pid)
+    peak, timed_out, status, usage = 0, False, 0, None
+    deadline = spawned + timeout_s
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        peak = max(peak, _tree_rss(ps))
+        if time.monotonic() > deadline:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            _, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(interval_s)
+    wall = time.monotonic() - spawned
+    with contextlib.suppress(ProcessLookupError):  # leftover grandchildren
+        os.killpg(proc.pid, signal.SIGKILL)
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    sig = signal.Signals(-code).name if code < 0 else None
+    return Launch(code, sig, timed_out, wall, spawned, peak or None,
+                  usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None,
+                  _tail(out_path), _tail(err_path))
+
+
+def _last_phase(job_dir: Path) -> str | None:
+    try:
+        lines = (job_dir / "events.jsonl").read_text("utf-8").splitlines()
+        return str(json.loads(lines[-1])["phase"]) if lines else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def classify(lau: Launch, result: dict[str, Any] | None, phase: str | None,
+             cap_mb: int, extra: str | None) -> dict[str, Any]:
+    """One outcome per cell: timeout > worker's own verdict > signal > bare exit code."""
+    if lau.timed_out:
+        return {"status": Status.TIMEOUT, "phase": phase, "exit_code": lau.returncode,
+                "signal": lau.signal,
+                "message": f"no result within {lau.wall_s:.1f} s; process group killed "
+                           f"during phase '{phase}'"}
+    if result is not None and result.get("status") in ("ok", "error", "unavailable"):
+        status = Status(result["status"])
+        msg = result.get("message") or ("completed" if status is Status.OK else status.value)
+        out: dict[str, Any] = {"status": status, "phase": result.get("phase"),
+                               "exit_code": lau.returncode, "signal": None, "message": msg}
+        if status is Status.ERROR:
+            out["error_type"] = result.get("error_type")
+            blob = (msg + " " + str(result.get("evidence", {}).get("log_tail", ""))).lower()
+            if cap_mb and any(h in blob for h in _OOM_HINTS):
+                out["status"] = Status.OOM
+                out["message"] = f"out of memory under a {cap_mb} MB address-space cap: {msg}"
+        if status is Status.UNAVAILABLE and extra:
+            out["fix"] = f"pip install 'rtmatrix[{extra}]'"
+        return out
+    stderr_last = lau.stderr_tail.strip().splitlines()[-1:] or [""]
+    if lau.signal:
+        oom = lau.signal == "SIGKILL" and cap_mb
+        return {"status": Status.OOM if oom else Status.CRASH, "phase": phase,
+                "exit_code": lau.returncode, "signal": lau.signal,
+                "message": f"worker killed by {lau.signal} during phase '{phase}'"
+                           + (f": {stderr_last[0][:300]}" if stderr_last[0] else "")}
+    return {"status": Status.CRASH, "phase": phase, "exit_code": lau.returncode, "signal": None,
+            "message": f"worker exited with code {lau.returncode} and no result during phase "
+                       f"'{phase}': {stderr_last[0][:300]}"}
+
+
+@dataclass
+class RunContext:
+    matrix: Matrix
+    record: dict[str, Any]
+    path: Path
+    describe: dict[str, dict[str, Any]]
+    progress: Progress
+    cwd: Path | None = None
+
+
+def describe_adapter(target: str, cwd: Path | None = None) -> dict[str, Any]:
+    """Ask a child for the adapter's metadata (the parent never imports adapters)."""
+    proc = subprocess.run([sys.executable, "-m", "rtmatrix.worker", "--describe", target],
+                          capture_output=True, text=True, timeout=120, cwd=cwd, env=worker_env(),
+                          check=False)
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        info = {"error": f"describe failed (exit {proc.returncode}): {proc.stderr[-500:]}"}
+    return info
+
+
+def _metrics_for(ctx: RunContext, cell: Cell, lau: Launch | None,
+                 result: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    info = ctx.describe[cell.runtime]
+    dist = info.get("distribution") or ""
+    reps = (result or {}).get("reps", [])
+    m = {"package_size_bytes": package.package_size(dist), "license": package.license_of(dist)}
+    m |= cell_metrics.cold_start((result or {}).get("timeline", {}),
+                                 lau.spawned if lau else float("nan"))
+    m |= cell_metrics.memory(lau.peak_tree_rss if lau else None,
+                             ctx.matrix.run["sample_interval_s"], lau.maxrss if lau else None)
+    m |= cell_metrics.throughput(reps)
+    m |= cell_metrics.latency(reps)
+    m |= cell_metrics.power()
+    return {k: v.to_dict() for k, v in m.items()}
+
+
+def _parity(cell: Cell, fx: PreparedFixture | None, result: dict[str, Any] | None,
+            job_dir: Path) -> dict[str, Any]:
+    if fx is None or fx.model is None or fx.dtype is None:
+        return parity.unavailable("user-supplied model file: no numpy reference for it")
+    reps = (result or {}).get("reps") or []
+    if not reps:
+        return parity.unavailable("the cell produced no counted generation to compare")
+    ref = reference_for(fx.model, fx.dtype, cell.params["prompt_tokens"],
+                        cell.params["gen_tokens"])
+    logits_path = job_dir / "first_logits.npy"
+    logits = np.load(logits_path) if logits_path.exists() else None
+    out = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0]["tokens"], logits)
+    out["deterministic_across_reps"] = all(r["tokens"] == reps[0]["tokens"] for r in reps)
+    return out
+
+
+def _evidence(lau: Launch | None, result: dict[str, Any] | None) -> dict[str, Any]:
+    ev: dict[str, Any] = dict((result or {}).get("evidence") or {})
+    if lau:
+        ev["stderr_tail"] = lau.stderr_tail[-TAIL_CHARS:]
+        ev["stdout_tail"] = lau.stdout_tail[-TAIL_CHARS:]
+    if result and result.get("traceback_tail"):
+        ev["traceback_tail"] = result["traceback_tail"]
+    return ev
+
+
+def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
+    info = ctx.describe[cell.runtime]
+    run = ctx.matrix.run
+    fx_dict: dict[str, Any] = {"name": cell.fixture.name, "dtype": cell.fixture.dtype,
+                               "model": cell.fixture.model, "container": info.get("container"),
+                               "path": None, "sha256": None}
+    base: dict[str, Any] = {"key": cell.key, "runtime": cell.runtime, "adapter": cell.adapter,
+                            "fixture": fx_dict, "params": dict(cell.params)}
+    fx: PreparedFixture | None = None
+    if "error" in info:
+        outcome = {"status": Status.ERROR, "phase": "adapter", "message": info["error"]}
+        return base | _finish(ctx, cell, None, None, outcome, None, Path())
+    try:
+        fx = prepare_fixture(cell.fixture.name, cell.fixture.model, cell.fixture.dtype,
+                             cell.fixture.path, str(info["container"]))
+    except (FixtureError, ValueError, OSError) as exc:
+        outcome = {"status": Status.UNAVAILABLE if "no exporter" in str(exc) else Status.ERROR,
+                   "phase": "fixture", "message": str(exc)}
+        return base | _finish(ctx, cell, None, None, outcome, None, Path())
+    base["fixture"] = fx.to_dict()
+    with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
+        job_dir = Path(tmp)
+        job = {"adapter": cell.adapter, "model_path": str(fx.path), "params": {
+            **cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
+            "address_space_cap_mb": run["address_space_cap_mb"] or None}
+        (job_dir / "job.json").write_text(json.dumps(job), "utf-8")
+        lau = launch([str(job_dir / "job.json")], job_dir, run["timeout_s"],
+                     run["sample_interval_s"], ctx.cwd)
+        try:
+            result = json.loads((job_dir / "result.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            result = None
+        outcome = classify(lau, result, _last_phase(job_dir), run["address_space_cap_mb"],
+                           info.get("extra"))
+        return base | _finish(ctx, cell, lau, result, outcome, fx, job_dir)
+
+
+def _finish(ctx: RunContext, cell: Cell, lau: Launch | None, result: dict[str, Any] | None,
+            outcome: dict[str, Any], fx: PreparedFixture | None, job_dir: Path) -> dict[str, Any]:
+    outcome = {k: (str(v) if isinstance(v, Status) else v) for k, v in outcome.items()}
+    if result and result.get("runtime_version"):
+        outcome["runtime_version"] = result["runtime_version"]
+    return {
+        "outcome": outcome,
+        "metrics": _metrics_for(ctx, cell, lau, result),
+        "parity": _parity(cell, fx, result, job_dir) if outcome["status"] == "ok"
+        else parity.unavailable(f"cell outcome is {outcome['status']}"),
+        "evidence": _evidence(lau, result),
+        "wall_s": lau.wall_s if lau else 0.0,
+    }
+
+
+def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    text = matrix.path.read_bytes() if matrix.path.is_file() else b""
+    runtimes = {}
+    for name, target in matrix.runtimes:
+        info = describe[name]
+        dist = info.get("distribution")
+        entry = {"adapter": target, "distribution": dist,
+                 "version": package.version(dist) if dist else None,
+                 "extra": info.get("extra"), "container": info.get("container")}
+        if "error" in info:
+            entry["error"] = info["error"]
+        runtimes[name] = entry
+    return {
+        "schema_version": 1,
+        "run_id": now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex(),
+        "created_utc": now.isoformat(),
+        "finished_utc": None,
+        "status": "running",
+        "matrix": {"path": str(matrix.path), "sha256": hashlib.sha256(text).hexdigest(),
+                   "n_cells": len(matrix.cells()), "description": matrix.description,
+                   "run": matrix.run},
+        "machine": host.machine_info(),
+        "project": host.project_info(),
+        "runtimes": runtimes,
+        "cells": [],
+    }
+
+
+def _progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
+    out = rec["outcome"]
+    m = rec["metrics"]
+    figs = ""
+    if out["status"] == "ok":
+        pp, tg = m["pp_tps"]["value"], m["tg_tps"]["value"]
+        figs = (f"  PP {pp:.0f} tok/s" if pp else "") + (f"  TG {tg:.0f} tok/s" if tg else "")
+        par = rec["parity"]
+        if par["status"] == "measured":
+            figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
+    else:
+        figs = f"  {out['message'][:120]}"
+    return f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']} ({rec['wall_s']:.1f} s){figs}"
+
+
+def run_matrix(matrix: Matrix, results_dir: Path, progress: Progress = _stderr_progress,
+               cwd: Path | None = None, only: Callable[[Cell], bool] | None = None) -> Path:
+    """Run every cell, saving the record after each one; returns the result file's path."""
+    cells = [c for c in matrix.cells() if only is None or only(c)]
+    describe = {name: describe_adapter(target, cwd) for name, target in matrix.runtimes}
+    record = new_record(matrix, describe)
+    record["matrix"]["n_cells"] = len(cells)
+    path = results_dir / f"{record['run_id']}.json"
+    save_run(record, path)
+    ctx = RunContext(matrix, record, path, describe, progress, cwd)
+    progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
+    try:
+        for i, cell in enumerate(cells, 1):
+            progress(f"[{i}/{len(cells)}] {cell.runtime} x {cell.fixture.label} "
+                     f"{cell.key.rsplit('|', 1)[-1]} ...")
+            rec = run_cell(ctx, cell)
+            record["cells"].append(rec)
+            save_run(record, path)
+            progress(_progress_line(i, len(cells), cell, rec))
+    except KeyboardInterrupt:
+        record["status"] = "interrupted"
+        record["finished_utc"] = datetime.now(UTC).isoformat()
+        save_run(record, path)
+        progress(f"rtmatrix: interrupted; {len(record['cells'])} finished cell(s) kept in {path}")
+        raise
+    record["status"] = "complete"
+    record["finished_utc"] = datetime.now(UTC).isoformat()
+    save_run(record, path)
+    return path
