@@ -25,12 +25,12 @@ from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, re
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
-from rtmatrix.outcome import Status
+from rtmatrix.outcome import Metric, Status
 from rtmatrix.results import save_run
 
 TAIL_CHARS = 4000
 _OOM_HINTS = ("bad_alloc", "out of memory", "cannot allocate memory", "failed to allocate",
-              "memoryerror", "failed to mmap", "mmap failed")
+              "unable to allocate", "memoryerror", "failed to mmap", "mmap failed")
 
 Progress = Callable[[str], None]
 
@@ -115,12 +115,24 @@ def launch(args: list[str], job_dir: Path, timeout_s: float, interval_s: float,
                   _tail(out_path), _tail(err_path))
 
 
-def _last_phase(job_dir: Path) -> str | None:
+def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
+    """The last phase the worker entered and the timeline marks it wrote, even if it died."""
+    phase: str | None = None
+    marks: dict[str, float] = {}
     try:
         lines = (job_dir / "events.jsonl").read_text("utf-8").splitlines()
-        return str(json.loads(lines[-1])["phase"]) if lines else None
-    except (OSError, ValueError, KeyError):
-        return None
+    except OSError:
+        return None, {}
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by the crash
+        if "phase" in event:
+            phase = str(event["phase"])
+        elif "mark" in event:
+            marks[str(event["mark"])] = float(event["t"])
+    return phase, marks
 
 
 def classify(lau: Launch, result: dict[str, Any] | None, phase: str | None,
@@ -138,7 +150,8 @@ def classify(lau: Launch, result: dict[str, Any] | None, phase: str | None,
                                "exit_code": lau.returncode, "signal": None, "message": msg}
         if status is Status.ERROR:
             out["error_type"] = result.get("error_type")
-            blob = (msg + " " + str(result.get("evidence", {}).get("log_tail", ""))).lower()
+            blob = " ".join([msg, str(result.get("error_type")),
+                             str(result.get("evidence", {}).get("log_tail", ""))]).lower()
             if cap_mb and any(h in blob for h in _OOM_HINTS):
                 out["status"] = Status.OOM
                 out["message"] = f"out of memory under a {cap_mb} MB address-space cap: {msg}"
@@ -179,14 +192,17 @@ def describe_adapter(target: str, cwd: Path | None = None) -> dict[str, Any]:
     return info
 
 
-def _metrics_for(ctx: RunContext, cell: Cell, lau: Launch | None,
-                 result: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    info = ctx.describe[cell.runtime]
-    dist = info.get("distribution") or ""
+def _metrics_for(ctx: RunContext, cell: Cell, lau: Launch | None, result: dict[str, Any] | None,
+                 timeline: dict[str, float]) -> dict[str, dict[str, Any]]:
+    dist = ctx.describe[cell.runtime].get("distribution")
     reps = (result or {}).get("reps", [])
-    m = {"package_size_bytes": package.package_size(dist), "license": package.license_of(dist)}
-    m |= cell_metrics.cold_start((result or {}).get("timeline", {}),
-                                 lau.spawned if lau else float("nan"))
+    if dist:
+        m = {"package_size_bytes": package.package_size(dist), "license": package.license_of(dist)}
+    else:
+        why = "the adapter declares no distribution"
+        m = {"package_size_bytes": Metric.unavailable("bytes", why),
+             "license": Metric.unavailable("spdx", why)}
+    m |= cell_metrics.cold_start(timeline, lau.spawned if lau else float("nan"))
     m |= cell_metrics.memory(lau.peak_tree_rss if lau else None,
                              ctx.matrix.run["sample_interval_s"], lau.maxrss if lau else None)
     m |= cell_metrics.throughput(reps)
@@ -253,19 +269,21 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             result = json.loads((job_dir / "result.json").read_text("utf-8"))
         except (OSError, ValueError):
             result = None
-        outcome = classify(lau, result, _last_phase(job_dir), run["address_space_cap_mb"],
-                           info.get("extra"))
-        return base | _finish(ctx, cell, lau, result, outcome, fx, job_dir)
+        phase, marks = read_events(job_dir)
+        outcome = classify(lau, result, phase, run["address_space_cap_mb"], info.get("extra"))
+        timeline = (result or {}).get("timeline") or marks
+        return base | _finish(ctx, cell, lau, result, outcome, fx, job_dir, timeline)
 
 
 def _finish(ctx: RunContext, cell: Cell, lau: Launch | None, result: dict[str, Any] | None,
-            outcome: dict[str, Any], fx: PreparedFixture | None, job_dir: Path) -> dict[str, Any]:
+            outcome: dict[str, Any], fx: PreparedFixture | None, job_dir: Path,
+            timeline: dict[str, float] | None = None) -> dict[str, Any]:
     outcome = {k: (str(v) if isinstance(v, Status) else v) for k, v in outcome.items()}
     if result and result.get("runtime_version"):
         outcome["runtime_version"] = result["runtime_version"]
     return {
         "outcome": outcome,
-        "metrics": _metrics_for(ctx, cell, lau, result),
+        "metrics": _metrics_for(ctx, cell, lau, result, timeline or {}),
         "parity": _parity(cell, fx, result, job_dir) if outcome["status"] == "ok"
         else parity.unavailable(f"cell outcome is {outcome['status']}"),
         "evidence": _evidence(lau, result),

@@ -29,10 +29,20 @@ class Events:
     def __init__(self, path: Path) -> None:
         self._fh = path.open("a", encoding="utf-8", buffering=1)
 
-    def phase(self, name: str, **info: Any) -> None:
-        self._fh.write(json.dumps({"phase": name, "t": time.monotonic(), **info}) + "\n")
+    def _write(self, event: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(event) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
+
+    def phase(self, name: str, **info: Any) -> None:
+        self._write({"phase": name, "t": time.monotonic(), **info})
+
+    def mark(self, name: str, t: float) -> None:
+        """A cold-start timeline mark, kept even if the process dies later."""
+        self._write({"mark": name, "t": t})
+
+    def close(self) -> None:
+        self._fh.close()
 
 
 def _cap_address_space(cap_mb: int | None) -> None:
@@ -89,7 +99,13 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
     from rtmatrix.fixtures.model import make_prompt
 
-    result: dict[str, Any] = {"timeline": {"worker_start": T_ENTRY}, "reps": [], "warmup": []}
+    result: dict[str, Any] = {"timeline": {}, "reps": [], "warmup": []}
+
+    def mark(name: str, t: float) -> None:
+        result["timeline"][name] = t
+        events.mark(name, t)
+
+    mark("worker_start", T_ENTRY)
     phase = "adapter"
     adapter = None
     try:
@@ -98,12 +114,12 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
         phase = "import"
         events.phase(phase)
         result["runtime_version"] = adapter.import_runtime()
-        result["timeline"]["imported"] = time.monotonic()
+        mark("imported", time.monotonic())
         phase = "load"
         events.phase(phase)
         p = job["params"]
         adapter.load(Path(job["model_path"]), LoadParams(n_ctx=p["n_ctx"], threads=p["threads"]))
-        result["timeline"]["loaded"] = time.monotonic()
+        mark("loaded", time.monotonic())
         ids = adapter.special_ids
         result["vocab_size"] = adapter.vocab_size
         result["special_ids"] = ids
@@ -115,7 +131,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
             events.phase(phase, repetition=i, counted=counted)
             rep = _run_repetition(adapter, prompt, p["gen_tokens"], banned)
             if i == 0:
-                result["timeline"]["first_token"] = rep["first_token_monotonic"]
+                mark("first_token", rep["first_token_monotonic"])
             first_logits = rep.pop("first_logits")
             if counted and not result["reps"]:
                 import numpy as np
@@ -179,7 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_JOB
     _cap_address_space(job.get("address_space_cap_mb"))
     events = Events(job_path.parent / "events.jsonl")
-    code, result = run_job(job, job_path.parent, events)
+    try:
+        code, result = run_job(job, job_path.parent, events)
+    finally:
+        events.close()
     _write_json(job_path.parent / "result.json", result)
     return code
 

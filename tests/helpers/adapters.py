@@ -1,0 +1,134 @@
+"""Adapters for unit tests of the core only: a numpy 'runtime' and adapters that misbehave.
+
+They are loaded by the worker through ``module:Class`` strings, exactly as third-party adapters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.fixtures.model import KVCache, Reference
+from rtmatrix.fixtures.spec import ModelSpec
+
+
+class NumpyAdapter(Adapter):
+    """Reads a GGUF with gguf.GGUFReader and runs the numpy reference: a slow, exact runtime."""
+
+    name: ClassVar[str] = "numpy"
+    distribution: ClassVar[str] = "numpy"
+    extra: ClassVar[str] = "test"
+    container: ClassVar[str] = "gguf"
+
+    def __init__(self) -> None:
+        self._ref: Reference | None = None
+        self._cache = KVCache()
+        self._logits: NDArray[np.float32] = np.zeros(0, dtype=np.float32)
+        self._spec: ModelSpec | None = None
+
+    def import_runtime(self) -> str:
+        return str(np.__version__)
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        import gguf
+
+        reader = gguf.GGUFReader(str(model_path))
+
+        def field(key: str) -> Any:
+            return reader.fields[key].contents()
+
+        self._spec = ModelSpec(
+            name="from-file", vocab_size=len(field("tokenizer.ggml.tokens")),
+            n_embd=int(field("llama.embedding_length")), n_layer=int(field("llama.block_count")),
+            n_head=int(field("llama.attention.head_count")),
+            n_head_kv=int(field("llama.attention.head_count_kv")),
+            n_ff=int(field("llama.feed_forward_length")),
+            n_ctx_train=int(field("llama.context_length")),
+            rope_theta=float(field("llama.rope.freq_base")),
+            rms_eps=float(field("llama.attention.layer_norm_rms_epsilon")), seed=0)
+        weights = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type),
+                                      dtype=np.float32) for t in reader.tensors}
+        self._ref = Reference(self._spec, weights)
+
+    @property
+    def vocab_size(self) -> int:
+        assert self._spec is not None
+        return self._spec.vocab_size
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        return {"bos": 1, "eos": 2}
+
+    def reset(self) -> None:
+        self._cache = KVCache()
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        assert self._ref is not None
+        self._logits = self._ref.forward(tokens, self._cache)[-1]
+
+    def decode(self, token: int) -> None:
+        self.prefill([token])
+
+    def last_logits(self) -> NDArray[np.float32]:
+        return self._logits.copy()
+
+    def counters(self) -> dict[str, float]:
+        return {}
+
+    def evidence(self) -> dict[str, Any]:
+        return {"note": "numpy reference adapter (tests only)"}
+
+    def close(self) -> None:
+        self._ref = None
+
+
+class SegfaultAdapter(NumpyAdapter):
+    """Dies with SIGSEGV while loading, as a native runtime can."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        ctypes.string_at(0)
+
+
+class AbortAdapter(NumpyAdapter):
+    """Dies with SIGABRT during the first decode step (a GGML_ASSERT, say)."""
+
+    def decode(self, token: int) -> None:
+        os.abort()
+
+
+class HangAdapter(NumpyAdapter):
+    """Never finishes loading."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        time.sleep(3600)
+
+
+class RaisingAdapter(NumpyAdapter):
+    """Refuses the model with a clean error, as a well-behaved runtime does."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        msg = "unsupported model architecture 'test'"
+        raise ValueError(msg)
+
+
+class MissingRuntimeAdapter(NumpyAdapter):
+    extra: ClassVar[str] = "imaginary"
+
+    def import_runtime(self) -> str:
+        msg = "imaginary_runtime is not installed; pip install 'rtmatrix[imaginary]'"
+        raise RuntimeUnavailable(msg)
+
+
+class HogAdapter(NumpyAdapter):
+    """Allocates far more than an address-space cap allows."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        self.block = np.ones(8 * 2**30 // 8)  # 8 GiB

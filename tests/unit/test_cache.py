@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtmatrix.fixtures.cache import cache_root, cached_build, key_hash
+
+
+def _writer(calls: list[int]) -> Any:
+    def build(path: Path) -> dict[str, Any]:
+        calls.append(1)
+        path.write_bytes(b"x" * 10)
+        return {"note": "built"}
+
+    return build
+
+
+def test_builds_once_then_hits(tmp_path: Path) -> None:
+    calls: list[int] = []
+    a = cached_build("t", {"k": 1}, "f.bin", _writer(calls), tmp_path)
+    b = cached_build("t", {"k": 1}, "f.bin", _writer(calls), tmp_path)
+    assert calls == [1] and a.built and not b.built
+    assert b.manifest["note"] == "built" and b.manifest["size_bytes"] == 10
+
+
+def test_truncated_entry_is_rebuilt(tmp_path: Path) -> None:
+    calls: list[int] = []
+    a = cached_build("t", {"k": 1}, "f.bin", _writer(calls), tmp_path)
+    a.path.write_bytes(b"x")  # size no longer matches the manifest
+    b = cached_build("t", {"k": 1}, "f.bin", _writer(calls), tmp_path)
+    assert calls == [1, 1] and b.built and b.path.read_bytes() == b"x" * 10
+
+
+def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
+    def boom(path: Path) -> dict[str, Any]:
+        path.write_bytes(b"half")
+        msg = "disk full"
+        raise OSError(msg)
+
+    with pytest.raises(OSError, match="disk full"):
+        cached_build("t", {"k": 2}, "f.bin", boom, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_key_hash_is_order_independent() -> None:
+    assert key_hash({"a": 1, "b": 2}) == key_hash({"b": 2, "a": 1})
+
+
+def test_cache_root_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("RTMATRIX_CACHE_DIR", str(tmp_path))
+    assert cache_root() == tmp_path / "fixtures"

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtmatrix.matrix import Matrix, MatrixError, load_matrix, parse_matrix
+
+GOOD = """
+[run]
+repetitions = 3
+[params]
+threads = [1, 2]
+prompt_tokens = 32
+[[runtimes]]
+name = "llama_cpp"
+[[fixtures]]
+model = "tiny"
+dtypes = ["f32", "q4_0"]
+[[fixtures]]
+name = "mine"
+path = "models/mine.gguf"
+"""
+
+
+def parse(text: str) -> Matrix:
+    return parse_matrix(text, Path("m.toml"))
+
+
+def test_cells_are_the_product_of_runtimes_fixtures_and_params() -> None:
+    m = parse_matrix(GOOD, Path("/x/m.toml"))
+    cells = m.cells()
+    assert len(cells) == 1 * 3 * 2
+    assert {c.params["threads"] for c in cells} == {1, 2}
+    assert all(c.params["prompt_tokens"] == 32 and c.params["n_ctx"] == 512 for c in cells)
+    assert m.run["repetitions"] == 3 and m.run["warmup"] == 1
+    assert cells[0].adapter == "rtmatrix.adapters.llama_cpp:LlamaCppAdapter"
+    user = [c for c in cells if c.fixture.name == "mine"][0]
+    assert user.fixture.path == Path("/x/models/mine.gguf") and user.fixture.dtype is None
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_shipped_matrices_are_valid(repo: Path) -> None:
+    for path in sorted((repo / "matrix").glob("*.toml")):
+        assert load_matrix(path).cells(), path
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("[[fixtures]]\nmodel='tiny'\n", r"m.toml: runtimes: expected at least one"),
+        ("[[runtimes]]\nname='llamacpp'\n[[fixtures]]\nmodel='tiny'\n",
+         r"runtimes\[0\].name: unknown runtime 'llamacpp'; did you mean 'llama_cpp'\?"),
+        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='huge'\n",
+         r"fixtures\[0\].model: unknown fixture model 'huge'; valid: small, tiny"),
+        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\ndtypes=['q2_k']\n",
+         r"fixtures\[0\].dtypes: unknown dtype\(s\) \['q2_k'\]; valid: f32, f16, q8_0, q4_0"),
+        ("[params]\nthreads='two'\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+         r"params.threads: expected an integer >= 1, got 'two'"),
+        ("[run]\nrepeats=3\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+         r"run: unknown key\(s\) repeats; valid: repetitions, warmup"),
+        ("[run]\ntimeout_s=-1\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+         r"run.timeout_s: expected a positive number"),
+        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n[[fixtures]]\nmodel='tiny'\n",
+         r"fixture\(s\) listed twice: tiny/f32"),
+        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nname='x'\n",
+         r"fixtures\[0\].model: unknown fixture model None"),
+        ("runtimes = [\n", r"\(syntax\): not valid TOML"),
+    ],
+)
+def test_errors_name_file_key_and_choices(text: str, pattern: str) -> None:
+    with pytest.raises(MatrixError, match=pattern):
+        parse(text)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError, match=r"nope.toml: cannot read matrix file"):
+        load_matrix(tmp_path / "nope.toml")
+
+
+def test_module_class_adapter_is_accepted() -> None:
+    m = parse("[[runtimes]]\nname='mine'\nadapter='pkg.mod:Cls'\n[[fixtures]]\nmodel='tiny'\n")
+    assert m.runtimes == [("mine", "pkg.mod:Cls")]

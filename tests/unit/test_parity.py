@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import numpy as np
+
+from rtmatrix.metrics.parity import agreeing_prefix, compare
+
+
+def test_agreeing_prefix() -> None:
+    assert agreeing_prefix([1, 2, 3], [1, 2, 4]) == 2
+    assert agreeing_prefix([1, 2], [1, 2]) == 2
+    assert agreeing_prefix([5], [6]) == 0
+
+
+def test_f32_needs_every_token_and_small_logit_error() -> None:
+    ref = np.zeros(8, dtype=np.float32)
+    ok = compare("f32", [1, 2, 3], ref, [1, 2, 3], ref + 1e-3)
+    assert ok["within_tolerance"] and ok["all_tokens_agree"] and ok["first_divergence"] is None
+    diverged = compare("f32", [1, 2, 3], ref, [1, 2, 4], ref)
+    assert not diverged["within_tolerance"] and diverged["first_divergence"] == 2
+    assert not compare("f32", [1], ref, [1], ref + 0.5)["within_tolerance"]
+
+
+def test_quantized_reports_divergence_without_demanding_tokens() -> None:
+    ref = np.zeros(8, dtype=np.float32)
+    out = compare("q4_0", [1, 2, 3], ref, [1, 9, 9], ref + 0.2)
+    assert out["within_tolerance"] and out["tokens_agree"] == 1
+
+
+def test_nan_logits_are_never_within_tolerance() -> None:
+    ref = np.zeros(4, dtype=np.float32)
+    out = compare("q8_0", [1], ref, [1], np.full(4, np.nan, dtype=np.float32))
+    assert out["logits_finite"] is False and out["max_abs_logit_err"] is None
+    assert not out["within_tolerance"]
+
+
+def test_missing_logits() -> None:
+    out = compare("f32", [1], np.zeros(4, dtype=np.float32), [1], None)
+    assert not out["within_tolerance"] and "no first-step logits" in out["logit_reason"]

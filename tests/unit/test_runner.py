@@ -1,0 +1,171 @@
+"""The parent side with test adapters in real worker processes (no runtime needed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtmatrix.matrix import parse_matrix
+from rtmatrix.results import load_run
+from rtmatrix.runner import Launch, classify, launch, run_matrix
+
+HELPERS = "tests.helpers.adapters"
+
+
+def matrix_text(*adapters: str, run: str = "timeout_s = 20", fixtures: str = "") -> str:
+    rts = "".join(f"[[runtimes]]\nname = '{a.lower()}'\nadapter = '{HELPERS}:{a}'\n"
+                  for a in adapters)
+    fixtures = fixtures or "[[fixtures]]\nmodel = 'tiny'\n"
+    return (f"[run]\nrepetitions = 2\nwarmup = 1\n{run}\n"
+            "[params]\nn_ctx = 64\nprompt_tokens = 6\ngen_tokens = 5\n"
+            f"{rts}{fixtures}")
+
+
+def run(tmp_path: Path, repo: Path, text: str) -> dict[str, Any]:
+    m = parse_matrix(text, tmp_path / "m.toml")
+    lines: list[str] = []
+    path = run_matrix(m, tmp_path / "results", progress=lines.append, cwd=repo)
+    rec = load_run(path)
+    rec["_progress"] = lines
+    return rec
+
+
+def by_runtime(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["runtime"]: c for c in rec["cells"]}
+
+
+def test_every_misbehaviour_is_a_recorded_outcome_and_the_run_continues(
+        tmp_path: Path, repo: Path) -> None:
+    rec = run(tmp_path, repo, matrix_text(
+        "SegfaultAdapter", "AbortAdapter", "RaisingAdapter", "MissingRuntimeAdapter",
+        "NumpyAdapter"))
+    cells = by_runtime(rec)
+    assert rec["status"] == "complete" and len(rec["cells"]) == 5
+    seg = cells["segfaultadapter"]["outcome"]
+    assert seg["status"] == "crash" and seg["signal"] == "SIGSEGV" and seg["phase"] == "load"
+    abort = cells["abortadapter"]["outcome"]
+    assert abort["status"] == "crash" and abort["signal"] == "SIGABRT"
+    assert abort["phase"] == "generate"
+    err = cells["raisingadapter"]["outcome"]
+    assert err["status"] == "error" and "unsupported model architecture" in err["message"]
+    assert "ValueError" in cells["raisingadapter"]["evidence"]["traceback_tail"]
+    missing = cells["missingruntimeadapter"]["outcome"]
+    assert missing["status"] == "unavailable" and missing["fix"] == "pip install 'rtmatrix[imaginary]'"
+    ok = cells["numpyadapter"]
+    assert ok["outcome"]["status"] == "ok"
+    assert ok["parity"]["all_tokens_agree"] and ok["parity"]["max_abs_logit_err"] < 1e-4
+    assert any("[5/5]" in line for line in rec["_progress"])
+
+
+def test_crashed_cell_keeps_what_was_measured(tmp_path: Path, repo: Path) -> None:
+    cell = by_runtime(run(tmp_path, repo, matrix_text("SegfaultAdapter")))["segfaultadapter"]
+    m = cell["metrics"]
+    assert m["cold_start_import_s"]["source"] == "harness-clock"
+    assert m["cold_start_load_s"]["value"] is None
+    assert m["peak_rss_os_bytes"]["value"] > 0
+    assert cell["parity"]["status"] == "unavailable"
+    assert "Segmentation fault" in cell["evidence"]["stderr_tail"]  # faulthandler's report
+
+
+def test_hang_is_killed_at_the_timeout(tmp_path: Path, repo: Path) -> None:
+    rec = run(tmp_path, repo, matrix_text("HangAdapter", run="timeout_s = 3"))
+    out = rec["cells"][0]["outcome"]
+    assert out["status"] == "timeout" and out["phase"] == "load"
+    assert 3 <= rec["cells"][0]["wall_s"] < 10
+
+
+def test_memory_cap_gives_oom(tmp_path: Path, repo: Path) -> None:
+    rec = run(tmp_path, repo, matrix_text("HogAdapter", run="address_space_cap_mb = 1024"))
+    out = rec["cells"][0]["outcome"]
+    assert out["status"] == "oom" and "1024 MB" in out["message"]
+
+
+def test_metrics_all_carry_a_source(tmp_path: Path, repo: Path) -> None:
+    cell = run(tmp_path, repo, matrix_text("NumpyAdapter"))["cells"][0]
+    for name, m in cell["metrics"].items():
+        assert m["source"] in {"runtime-counter", "harness-clock", "os-accounting",
+                               "package-metadata", "modelled", "unavailable"}, name
+        assert (m["value"] is None) == (m["source"] == "unavailable"), name
+    # the numpy adapter has no runtime counters: unavailable, never 0
+    assert cell["metrics"]["tg_tps_counter"]["value"] is None
+    assert cell["metrics"]["tg_tps"]["value"] > 0
+    assert len(cell["metrics"]["tg_tps"]["samples"]) == 2
+
+
+def test_user_model_has_no_reference(tmp_path: Path, repo: Path) -> None:
+    from rtmatrix.fixtures import prepare_fixture
+
+    fx = prepare_fixture("tiny", "tiny", "f32", None, "gguf")
+    fixtures = f"[[fixtures]]\nname = 'mine'\npath = '{fx.path}'\n"
+    cell = run(tmp_path, repo, matrix_text("NumpyAdapter", fixtures=fixtures))["cells"][0]
+    assert cell["outcome"]["status"] == "ok"
+    assert cell["parity"] == {"status": "unavailable",
+                              "reason": "user-supplied model file: no numpy reference for it"}
+
+
+def test_missing_user_model_is_an_error_cell(tmp_path: Path, repo: Path) -> None:
+    fixtures = f"[[fixtures]]\nname = 'mine'\npath = '{tmp_path / 'gone.gguf'}'\n"
+    cell = run(tmp_path, repo, matrix_text("NumpyAdapter", fixtures=fixtures))["cells"][0]
+    assert cell["outcome"]["status"] == "error" and "does not exist" in cell["outcome"]["message"]
+
+
+def test_unimportable_adapter_is_an_error_cell(tmp_path: Path, repo: Path) -> None:
+    text = matrix_text().replace("[[fixtures]]",
+                                 "[[runtimes]]\nname='x'\nadapter='no_such_mod:X'\n[[fixtures]]")
+    cell = run(tmp_path, repo, text)["cells"][0]
+    assert cell["outcome"]["status"] == "error" and "cannot be imported" in cell["outcome"]["message"]
+
+
+def test_interrupted_run_keeps_finished_cells(tmp_path: Path, repo: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtmatrix import runner
+
+    real = runner.run_cell
+    calls = {"n": 0}
+
+    def flaky(ctx: Any, cell: Any) -> dict[str, Any]:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(ctx, cell)
+
+    monkeypatch.setattr(runner, "run_cell", flaky)
+    m = parse_matrix(matrix_text("NumpyAdapter", "RaisingAdapter"), tmp_path / "m.toml")
+    with pytest.raises(KeyboardInterrupt):
+        run_matrix(m, tmp_path / "res", progress=lambda _: None, cwd=repo)
+    (path,) = (tmp_path / "res").glob("*.json")
+    rec = load_run(path)
+    assert rec["status"] == "interrupted" and len(rec["cells"]) == 1
+
+
+def _launch(**kw: Any) -> Launch:
+    base: dict[str, Any] = {"returncode": 0, "signal": None, "timed_out": False, "wall_s": 1.0,
+                            "spawned": 0.0, "peak_tree_rss": 1, "maxrss": 1,
+                            "stdout_tail": "", "stderr_tail": ""}
+    return Launch(**(base | kw))
+
+
+def test_classify_order() -> None:
+    assert classify(_launch(timed_out=True, returncode=-9, signal="SIGKILL"), {"status": "ok"},
+                    "load", 0, None)["status"] == "timeout"
+    assert classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512,
+                    None)["status"] == "oom"
+    assert classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0,
+                    None)["status"] == "crash"
+    assert classify(_launch(returncode=1, stderr_tail="boom\n"), None, "load", 0,
+                    None)["message"].endswith("boom")
+    err = {"status": "error", "message": "std::bad_alloc", "phase": "load"}
+    assert classify(_launch(returncode=3), err, "load", 300, None)["status"] == "oom"
+    assert classify(_launch(returncode=3), err, "load", 0, None)["status"] == "error"
+
+
+def test_launch_samples_memory_and_reads_maxrss(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text("{not json")
+    lau = launch([str(job)], tmp_path, 20, 0.01)
+    assert lau.returncode == 2 and "cannot read job file" in lau.stderr_tail
+    assert lau.maxrss and lau.maxrss > 1_000_000
+    assert not json.loads("[]")

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from rtmatrix.worker import describe, main
+
+
+def test_describe_reports_metadata_without_the_runtime() -> None:
+    info = describe("llama_cpp")
+    assert info == {"name": "llama_cpp", "distribution": "llama-cpp-python",
+                    "extra": "llama-cpp", "container": "gguf"}
+
+
+def test_describe_cli_reports_errors_as_json(repo: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "rtmatrix.worker", "--describe", "nope:X"],
+                         capture_output=True, text=True, check=False, cwd=repo)
+    assert out.returncode == 3 and "cannot be imported" in json.loads(out.stdout)["error"]
+
+
+def test_bad_usage_and_bad_job(tmp_path: Path) -> None:
+    assert main([]) == 2
+    assert main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_error_result_is_written(tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"adapter": "tests.helpers.adapters:RaisingAdapter",
+                               "model_path": "x.gguf", "params": {}}))
+    assert main([str(job)]) == 3
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["status"] == "error" and result["phase"] == "load"
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    phases = [e["phase"] for e in events if "phase" in e]
+    assert phases == ["adapter", "import", "load"]
