@@ -26,17 +26,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     runtimes = set(args.runtime or [])
     known = {name for name, _ in matrix.runtimes}
     if runtimes - known:
-        print(f"rtmatrix: --runtime {sorted(runtimes - known)} not in {args.matrix}; "
-              f"valid: {', '.join(sorted(known))}", file=sys.stderr)
+        print(
+            f"rtmatrix: --runtime {sorted(runtimes - known)} not in {args.matrix}; "
+            f"valid: {', '.join(sorted(known))}",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
-    path = run_matrix(matrix, Path(args.results),
-                      only=(lambda c: c.runtime in runtimes) if runtimes else None)
+    path = run_matrix(
+        matrix, Path(args.results), only=(lambda c: c.runtime in runtimes) if runtimes else None
+    )
     record = load_run(path)
     print(f"rtmatrix: wrote {path}")
     if not args.no_report:
         print(f"rtmatrix: wrote {render_report([record], Path(args.report))}")
     bad = [c for c in record["cells"] if c["outcome"]["status"] != "ok"]
-    summary = {}
+    summary: dict[str, int] = {}
     for c in record["cells"]:
         summary[c["outcome"]["status"]] = summary.get(c["outcome"]["status"], 0) + 1
     print("rtmatrix: outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.items())))
@@ -61,8 +65,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         return EXIT_OK
     for p in args.runs:
         rec = load_run(Path(p))
-        print(f"{p}: valid (schema v{rec['schema_version']}, {len(rec['cells'])} cells, "
-              f"{rec['status']})")
+        print(
+            f"{p}: valid (schema v{rec['schema_version']}, {len(rec['cells'])} cells, "
+            f"{rec['status']})"
+        )
     return EXIT_OK
 
 
@@ -78,8 +84,10 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     names = args.model or list(specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
-        print(f"rtmatrix: unknown fixture model(s) {unknown}; valid: {', '.join(specs)}",
-              file=sys.stderr)
+        print(
+            f"rtmatrix: unknown fixture model(s) {unknown}; valid: {', '.join(specs)}",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     for name in names:
         for dtype in args.dtype:
@@ -93,19 +101,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rtmatrix",
         description="Run LLM runtimes against fixture models and record an acceptance matrix.",
-        epilog="Example: rtmatrix run matrix/default.toml  (results/ + reports/index.html)")
+        epilog="Example: rtmatrix run matrix/default.toml  (results/ + reports/index.html)",
+    )
     p.add_argument("--version", action="version", version=f"rtmatrix {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser("run", help="run a matrix file; write results/<run>.json and a report")
-    run.add_argument("matrix", nargs="?", default="matrix/default.toml",
-                     help="matrix TOML file (default: %(default)s)")
+    run.add_argument(
+        "matrix",
+        nargs="?",
+        default="matrix/default.toml",
+        help="matrix TOML file (default: %(default)s)",
+    )
     run.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     run.add_argument("--report", default="reports", help="report folder (default: %(default)s)")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--runtime", action="append", help="only this runtime row (repeatable)")
-    run.add_argument("--strict", action="store_true",
-                     help="exit 1 when any cell's outcome is not ok")
+    run.add_argument(
+        "--strict", action="store_true", help="exit 1 when any cell's outcome is not ok"
+    )
     run.set_defaults(func=_cmd_run)
 
     rep = sub.add_parser("report", help="render result files as HTML")
@@ -122,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     fx.add_argument("action", choices=["list", "build"])
     fx.add_argument("--model", action="append", help="spec name (default: all)")
     fx.add_argument("--format", default="gguf", choices=["gguf"])
-    fx.add_argument("--dtype", action="append", default=None,
-                    help="dtype(s) to build (default: f32)")
+    fx.add_argument(
+        "--dtype", action="append", default=None, help="dtype(s) to build (default: f32)"
+    )
     fx.set_defaults(func=_cmd_fixtures)
     return p
 

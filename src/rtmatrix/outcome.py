@@ -76,13 +76,16 @@ class Metric:
             raise ValueError(msg)
 
     @classmethod
-    def measured(
-        cls, samples: Sequence[float], unit: str, source: Source, **detail: Any
-    ) -> Metric:
+    def measured(cls, samples: Sequence[float], unit: str, source: Source, **detail: Any) -> Metric:
         """The median of repeated samples, with the raw samples kept."""
         stats = summarize(samples)
-        return cls(stats["median"], unit, source, samples=[float(s) for s in samples],
-                   detail={"stats": stats, **detail})
+        return cls(
+            stats["median"],
+            unit,
+            source,
+            samples=[float(s) for s in samples],
+            detail={"stats": stats, **detail},
+        )
 
     @classmethod
     def unavailable(cls, unit: str, reason: str) -> Metric:

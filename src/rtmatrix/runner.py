@@ -29,8 +29,16 @@ from rtmatrix.outcome import Metric, Status
 from rtmatrix.results import save_run
 
 TAIL_CHARS = 4000
-_OOM_HINTS = ("bad_alloc", "out of memory", "cannot allocate memory", "failed to allocate",
-              "unable to allocate", "memoryerror", "failed to mmap", "mmap failed")
+_OOM_HINTS = (
+    "bad_alloc",
+    "out of memory",
+    "cannot allocate memory",
+    "failed to allocate",
+    "unable to allocate",
+    "memoryerror",
+    "failed to mmap",
+    "mmap failed",
+)
 
 Progress = Callable[[str], None]
 
@@ -79,16 +87,23 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def launch(args: list[str], job_dir: Path, timeout_s: float, interval_s: float,
-           cwd: Path | None = None) -> Launch:
+def launch(
+    args: list[str], job_dir: Path, timeout_s: float, interval_s: float, cwd: Path | None = None
+) -> Launch:
     """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the tree's RSS;
     kill the whole group at the deadline; reap with wait4 for the OS's own peak RSS."""
     out_path, err_path = job_dir / "stdout.txt", job_dir / "stderr.txt"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         spawned = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "rtmatrix.worker", *args], stdout=out,
-                                stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=worker_env(),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rtmatrix.worker", *args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=worker_env(),
+            start_new_session=True,
+        )
     ps = psutil.Process(proc.pid)
     peak, timed_out, status, usage = 0, False, 0, None
     deadline = spawned + timeout_s
@@ -110,9 +125,17 @@ def launch(args: list[str], job_dir: Path, timeout_s: float, interval_s: float,
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     sig = signal.Signals(-code).name if code < 0 else None
-    return Launch(code, sig, timed_out, wall, spawned, peak or None,
-                  usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None,
-                  _tail(out_path), _tail(err_path))
+    return Launch(
+        code,
+        sig,
+        timed_out,
+        wall,
+        spawned,
+        peak or None,
+        usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None,
+        _tail(out_path),
+        _tail(err_path),
+    )
 
 
 def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
@@ -135,23 +158,38 @@ def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
     return phase, marks
 
 
-def classify(lau: Launch, result: dict[str, Any] | None, phase: str | None,
-             cap_mb: int, extra: str | None) -> dict[str, Any]:
+def classify(
+    lau: Launch, result: dict[str, Any] | None, phase: str | None, cap_mb: int, extra: str | None
+) -> dict[str, Any]:
     """One outcome per cell: timeout > worker's own verdict > signal > bare exit code."""
     if lau.timed_out:
-        return {"status": Status.TIMEOUT, "phase": phase, "exit_code": lau.returncode,
-                "signal": lau.signal,
-                "message": f"no result within {lau.wall_s:.1f} s; process group killed "
-                           f"during phase '{phase}'"}
+        return {
+            "status": Status.TIMEOUT,
+            "phase": phase,
+            "exit_code": lau.returncode,
+            "signal": lau.signal,
+            "message": f"no result within {lau.wall_s:.1f} s; process group killed "
+            f"during phase '{phase}'",
+        }
     if result is not None and result.get("status") in ("ok", "error", "unavailable"):
         status = Status(result["status"])
         msg = result.get("message") or ("completed" if status is Status.OK else status.value)
-        out: dict[str, Any] = {"status": status, "phase": result.get("phase"),
-                               "exit_code": lau.returncode, "signal": None, "message": msg}
+        out: dict[str, Any] = {
+            "status": status,
+            "phase": result.get("phase"),
+            "exit_code": lau.returncode,
+            "signal": None,
+            "message": msg,
+        }
         if status is Status.ERROR:
             out["error_type"] = result.get("error_type")
-            blob = " ".join([msg, str(result.get("error_type")),
-                             str(result.get("evidence", {}).get("log_tail", ""))]).lower()
+            blob = " ".join(
+                [
+                    msg,
+                    str(result.get("error_type")),
+                    str(result.get("evidence", {}).get("log_tail", "")),
+                ]
+            ).lower()
             if cap_mb and any(h in blob for h in _OOM_HINTS):
                 out["status"] = Status.OOM
                 out["message"] = f"out of memory under a {cap_mb} MB address-space cap: {msg}"
@@ -161,13 +199,22 @@ def classify(lau: Launch, result: dict[str, Any] | None, phase: str | None,
     stderr_last = lau.stderr_tail.strip().splitlines()[-1:] or [""]
     if lau.signal:
         oom = lau.signal == "SIGKILL" and cap_mb
-        return {"status": Status.OOM if oom else Status.CRASH, "phase": phase,
-                "exit_code": lau.returncode, "signal": lau.signal,
-                "message": f"worker killed by {lau.signal} during phase '{phase}'"
-                           + (f": {stderr_last[0][:300]}" if stderr_last[0] else "")}
-    return {"status": Status.CRASH, "phase": phase, "exit_code": lau.returncode, "signal": None,
-            "message": f"worker exited with code {lau.returncode} and no result during phase "
-                       f"'{phase}': {stderr_last[0][:300]}"}
+        return {
+            "status": Status.OOM if oom else Status.CRASH,
+            "phase": phase,
+            "exit_code": lau.returncode,
+            "signal": lau.signal,
+            "message": f"worker killed by {lau.signal} during phase '{phase}'"
+            + (f": {stderr_last[0][:300]}" if stderr_last[0] else ""),
+        }
+    return {
+        "status": Status.CRASH,
+        "phase": phase,
+        "exit_code": lau.returncode,
+        "signal": None,
+        "message": f"worker exited with code {lau.returncode} and no result during phase "
+        f"'{phase}': {stderr_last[0][:300]}",
+    }
 
 
 @dataclass
@@ -182,9 +229,15 @@ class RunContext:
 
 def describe_adapter(target: str, cwd: Path | None = None) -> dict[str, Any]:
     """Ask a child for the adapter's metadata (the parent never imports adapters)."""
-    proc = subprocess.run([sys.executable, "-m", "rtmatrix.worker", "--describe", target],
-                          capture_output=True, text=True, timeout=120, cwd=cwd, env=worker_env(),
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "rtmatrix.worker", "--describe", target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=worker_env(),
+        check=False,
+    )
     try:
         info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -192,34 +245,44 @@ def describe_adapter(target: str, cwd: Path | None = None) -> dict[str, Any]:
     return info
 
 
-def _metrics_for(ctx: RunContext, cell: Cell, lau: Launch | None, result: dict[str, Any] | None,
-                 timeline: dict[str, float]) -> dict[str, dict[str, Any]]:
+def _metrics_for(
+    ctx: RunContext,
+    cell: Cell,
+    lau: Launch | None,
+    result: dict[str, Any] | None,
+    timeline: dict[str, float],
+) -> dict[str, dict[str, Any]]:
     dist = ctx.describe[cell.runtime].get("distribution")
     reps = (result or {}).get("reps", [])
     if dist:
         m = {"package_size_bytes": package.package_size(dist), "license": package.license_of(dist)}
     else:
         why = "the adapter declares no distribution"
-        m = {"package_size_bytes": Metric.unavailable("bytes", why),
-             "license": Metric.unavailable("spdx", why)}
+        m = {
+            "package_size_bytes": Metric.unavailable("bytes", why),
+            "license": Metric.unavailable("spdx", why),
+        }
     m |= cell_metrics.cold_start(timeline, lau.spawned if lau else float("nan"))
-    m |= cell_metrics.memory(lau.peak_tree_rss if lau else None,
-                             ctx.matrix.run["sample_interval_s"], lau.maxrss if lau else None)
+    m |= cell_metrics.memory(
+        lau.peak_tree_rss if lau else None,
+        ctx.matrix.run["sample_interval_s"],
+        lau.maxrss if lau else None,
+    )
     m |= cell_metrics.throughput(reps)
     m |= cell_metrics.latency(reps)
     m |= cell_metrics.power()
     return {k: v.to_dict() for k, v in m.items()}
 
 
-def _parity(cell: Cell, fx: PreparedFixture | None, result: dict[str, Any] | None,
-            job_dir: Path) -> dict[str, Any]:
+def _parity(
+    cell: Cell, fx: PreparedFixture | None, result: dict[str, Any] | None, job_dir: Path
+) -> dict[str, Any]:
     if fx is None or fx.model is None or fx.dtype is None:
         return parity.unavailable("user-supplied model file: no numpy reference for it")
     reps = (result or {}).get("reps") or []
     if not reps:
         return parity.unavailable("the cell produced no counted generation to compare")
-    ref = reference_for(fx.model, fx.dtype, cell.params["prompt_tokens"],
-                        cell.params["gen_tokens"])
+    ref = reference_for(fx.model, fx.dtype, cell.params["prompt_tokens"], cell.params["gen_tokens"])
     logits_path = job_dir / "first_logits.npy"
     logits = np.load(logits_path) if logits_path.exists() else None
     out = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0]["tokens"], logits)
@@ -240,31 +303,57 @@ def _evidence(lau: Launch | None, result: dict[str, Any] | None) -> dict[str, An
 def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     info = ctx.describe[cell.runtime]
     run = ctx.matrix.run
-    fx_dict: dict[str, Any] = {"name": cell.fixture.name, "dtype": cell.fixture.dtype,
-                               "model": cell.fixture.model, "container": info.get("container"),
-                               "path": None, "sha256": None}
-    base: dict[str, Any] = {"key": cell.key, "runtime": cell.runtime, "adapter": cell.adapter,
-                            "fixture": fx_dict, "params": dict(cell.params)}
+    fx_dict: dict[str, Any] = {
+        "name": cell.fixture.name,
+        "dtype": cell.fixture.dtype,
+        "model": cell.fixture.model,
+        "container": info.get("container"),
+        "path": None,
+        "sha256": None,
+    }
+    base: dict[str, Any] = {
+        "key": cell.key,
+        "runtime": cell.runtime,
+        "adapter": cell.adapter,
+        "fixture": fx_dict,
+        "params": dict(cell.params),
+    }
     fx: PreparedFixture | None = None
     if "error" in info:
         outcome = {"status": Status.ERROR, "phase": "adapter", "message": info["error"]}
         return base | _finish(ctx, cell, None, None, outcome, None, Path())
     try:
-        fx = prepare_fixture(cell.fixture.name, cell.fixture.model, cell.fixture.dtype,
-                             cell.fixture.path, str(info["container"]))
+        fx = prepare_fixture(
+            cell.fixture.name,
+            cell.fixture.model,
+            cell.fixture.dtype,
+            cell.fixture.path,
+            str(info["container"]),
+        )
     except (FixtureError, ValueError, OSError) as exc:
-        outcome = {"status": Status.UNAVAILABLE if "no exporter" in str(exc) else Status.ERROR,
-                   "phase": "fixture", "message": str(exc)}
+        outcome = {
+            "status": Status.UNAVAILABLE if "no exporter" in str(exc) else Status.ERROR,
+            "phase": "fixture",
+            "message": str(exc),
+        }
         return base | _finish(ctx, cell, None, None, outcome, None, Path())
     base["fixture"] = fx.to_dict()
     with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
         job_dir = Path(tmp)
-        job = {"adapter": cell.adapter, "model_path": str(fx.path), "params": {
-            **cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
-            "address_space_cap_mb": run["address_space_cap_mb"] or None}
+        job = {
+            "adapter": cell.adapter,
+            "model_path": str(fx.path),
+            "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
+            "address_space_cap_mb": run["address_space_cap_mb"] or None,
+        }
         (job_dir / "job.json").write_text(json.dumps(job), "utf-8")
-        lau = launch([str(job_dir / "job.json")], job_dir, run["timeout_s"],
-                     run["sample_interval_s"], ctx.cwd)
+        lau = launch(
+            [str(job_dir / "job.json")],
+            job_dir,
+            run["timeout_s"],
+            run["sample_interval_s"],
+            ctx.cwd,
+        )
         try:
             result = json.loads((job_dir / "result.json").read_text("utf-8"))
         except (OSError, ValueError):
@@ -275,16 +364,24 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         return base | _finish(ctx, cell, lau, result, outcome, fx, job_dir, timeline)
 
 
-def _finish(ctx: RunContext, cell: Cell, lau: Launch | None, result: dict[str, Any] | None,
-            outcome: dict[str, Any], fx: PreparedFixture | None, job_dir: Path,
-            timeline: dict[str, float] | None = None) -> dict[str, Any]:
+def _finish(
+    ctx: RunContext,
+    cell: Cell,
+    lau: Launch | None,
+    result: dict[str, Any] | None,
+    outcome: dict[str, Any],
+    fx: PreparedFixture | None,
+    job_dir: Path,
+    timeline: dict[str, float] | None = None,
+) -> dict[str, Any]:
     outcome = {k: (str(v) if isinstance(v, Status) else v) for k, v in outcome.items()}
     if result and result.get("runtime_version"):
         outcome["runtime_version"] = result["runtime_version"]
     return {
         "outcome": outcome,
         "metrics": _metrics_for(ctx, cell, lau, result, timeline or {}),
-        "parity": _parity(cell, fx, result, job_dir) if outcome["status"] == "ok"
+        "parity": _parity(cell, fx, result, job_dir)
+        if outcome["status"] == "ok"
         else parity.unavailable(f"cell outcome is {outcome['status']}"),
         "evidence": _evidence(lau, result),
         "wall_s": lau.wall_s if lau else 0.0,
@@ -298,9 +395,13 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
     for name, target in matrix.runtimes:
         info = describe[name]
         dist = info.get("distribution")
-        entry = {"adapter": target, "distribution": dist,
-                 "version": package.version(dist) if dist else None,
-                 "extra": info.get("extra"), "container": info.get("container")}
+        entry = {
+            "adapter": target,
+            "distribution": dist,
+            "version": package.version(dist) if dist else None,
+            "extra": info.get("extra"),
+            "container": info.get("container"),
+        }
         if "error" in info:
             entry["error"] = info["error"]
         runtimes[name] = entry
@@ -310,9 +411,13 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
         "created_utc": now.isoformat(),
         "finished_utc": None,
         "status": "running",
-        "matrix": {"path": str(matrix.path), "sha256": hashlib.sha256(text).hexdigest(),
-                   "n_cells": len(matrix.cells()), "description": matrix.description,
-                   "run": matrix.run},
+        "matrix": {
+            "path": str(matrix.path),
+            "sha256": hashlib.sha256(text).hexdigest(),
+            "n_cells": len(matrix.cells()),
+            "description": matrix.description,
+            "run": matrix.run,
+        },
         "machine": host.machine_info(),
         "project": host.project_info(),
         "runtimes": runtimes,
@@ -332,11 +437,17 @@ def _progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
     else:
         figs = f"  {out['message'][:120]}"
-    return f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']} ({rec['wall_s']:.1f} s){figs}"
+    head = f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']}"
+    return f"{head} ({rec['wall_s']:.1f} s){figs}"
 
 
-def run_matrix(matrix: Matrix, results_dir: Path, progress: Progress = _stderr_progress,
-               cwd: Path | None = None, only: Callable[[Cell], bool] | None = None) -> Path:
+def run_matrix(
+    matrix: Matrix,
+    results_dir: Path,
+    progress: Progress = _stderr_progress,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+) -> Path:
     """Run every cell, saving the record after each one; returns the result file's path."""
     cells = [c for c in matrix.cells() if only is None or only(c)]
     describe = {name: describe_adapter(target, cwd) for name, target in matrix.runtimes}
@@ -348,8 +459,10 @@ def run_matrix(matrix: Matrix, results_dir: Path, progress: Progress = _stderr_p
     progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
     try:
         for i, cell in enumerate(cells, 1):
-            progress(f"[{i}/{len(cells)}] {cell.runtime} x {cell.fixture.label} "
-                     f"{cell.key.rsplit('|', 1)[-1]} ...")
+            progress(
+                f"[{i}/{len(cells)}] {cell.runtime} x {cell.fixture.label} "
+                f"{cell.key.rsplit('|', 1)[-1]} ..."
+            )
             rec = run_cell(ctx, cell)
             record["cells"].append(rec)
             save_run(record, path)

@@ -57,7 +57,9 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def _run_repetition(adapter: Any, prompt: list[int], n_gen: int, banned: list[int]) -> dict[str, Any]:
+def _run_repetition(
+    adapter: Any, prompt: list[int], n_gen: int, banned: list[int]
+) -> dict[str, Any]:
     """One generation: prefill the prompt, then greedy-decode; every runtime call is timed."""
     from rtmatrix.fixtures.model import greedy_pick
 
@@ -185,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         return EXIT_OK
     if len(args) != 1:
-        print("usage: python -m rtmatrix.worker JOB.json | --describe module:Class", file=sys.stderr)
+        usage = "usage: python -m rtmatrix.worker JOB.json | --describe module:Class"
+        print(usage, file=sys.stderr)
         return EXIT_BAD_JOB
     job_path = Path(args[0])
     try:

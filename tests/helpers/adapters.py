@@ -46,16 +46,22 @@ class NumpyAdapter(Adapter):
             return reader.fields[key].contents()
 
         self._spec = ModelSpec(
-            name="from-file", vocab_size=len(field("tokenizer.ggml.tokens")),
-            n_embd=int(field("llama.embedding_length")), n_layer=int(field("llama.block_count")),
+            name="from-file",
+            vocab_size=len(field("tokenizer.ggml.tokens")),
+            n_embd=int(field("llama.embedding_length")),
+            n_layer=int(field("llama.block_count")),
             n_head=int(field("llama.attention.head_count")),
             n_head_kv=int(field("llama.attention.head_count_kv")),
             n_ff=int(field("llama.feed_forward_length")),
             n_ctx_train=int(field("llama.context_length")),
             rope_theta=float(field("llama.rope.freq_base")),
-            rms_eps=float(field("llama.attention.layer_norm_rms_epsilon")), seed=0)
-        weights = {t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type),
-                                      dtype=np.float32) for t in reader.tensors}
+            rms_eps=float(field("llama.attention.layer_norm_rms_epsilon")),
+            seed=0,
+        )
+        weights = {
+            t.name: np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+            for t in reader.tensors
+        }
         self._ref = Reference(self._spec, weights)
 
     @property

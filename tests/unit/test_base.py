@@ -45,9 +45,11 @@ def test_missing_method_fails_at_instantiation() -> None:
 
 @pytest.mark.parametrize(
     ("target", "pattern"),
-    [("no_such_module_xyz:Cls", "cannot be imported"),
-     ("rtmatrix.outcome:Status", "is not an rtmatrix Adapter subclass"),
-     ("rtmatrix.outcome:Nope", "is not an rtmatrix Adapter subclass")],
+    [
+        ("no_such_module_xyz:Cls", "cannot be imported"),
+        ("rtmatrix.outcome:Status", "is not an rtmatrix Adapter subclass"),
+        ("rtmatrix.outcome:Nope", "is not an rtmatrix Adapter subclass"),
+    ],
 )
 def test_bad_targets(target: str, pattern: str) -> None:
     with pytest.raises(AdapterError, match=pattern):
@@ -55,7 +57,18 @@ def test_bad_targets(target: str, pattern: str) -> None:
 
 
 def test_all_abstract_methods_are_declared() -> None:
-    expected = {"import_runtime", "load", "vocab_size", "special_ids", "reset", "prefill",
-                "decode", "last_logits", "counters", "evidence", "close"}
+    expected = {
+        "import_runtime",
+        "load",
+        "vocab_size",
+        "special_ids",
+        "reset",
+        "prefill",
+        "decode",
+        "last_logits",
+        "counters",
+        "evidence",
+        "close",
+    }
     methods: Any = Adapter.__abstractmethods__
     assert set(methods) == expected

@@ -16,8 +16,9 @@ def test_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
         assert cmd in out
 
 
-def test_bad_matrix_is_exit_2_with_message(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_matrix_is_exit_2_with_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "m.toml"
     bad.write_text("[[runtimes]]\nname = 'llamacpp'\n[[fixtures]]\nmodel = 'tiny'\n")
     assert main(["run", str(bad)]) == 2

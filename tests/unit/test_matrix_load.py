@@ -35,7 +35,7 @@ def test_cells_are_the_product_of_runtimes_fixtures_and_params() -> None:
     assert all(c.params["prompt_tokens"] == 32 and c.params["n_ctx"] == 512 for c in cells)
     assert m.run["repetitions"] == 3 and m.run["warmup"] == 1
     assert cells[0].adapter == "rtmatrix.adapters.llama_cpp:LlamaCppAdapter"
-    user = [c for c in cells if c.fixture.name == "mine"][0]
+    user = next(c for c in cells if c.fixture.name == "mine")
     assert user.fixture.path == Path("/x/models/mine.gguf") and user.fixture.dtype is None
     assert len({c.key for c in cells}) == len(cells)
 
@@ -49,22 +49,38 @@ def test_shipped_matrices_are_valid(repo: Path) -> None:
     ("text", "pattern"),
     [
         ("[[fixtures]]\nmodel='tiny'\n", r"m.toml: runtimes: expected at least one"),
-        ("[[runtimes]]\nname='llamacpp'\n[[fixtures]]\nmodel='tiny'\n",
-         r"runtimes\[0\].name: unknown runtime 'llamacpp'; did you mean 'llama_cpp'\?"),
-        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='huge'\n",
-         r"fixtures\[0\].model: unknown fixture model 'huge'; valid: small, tiny"),
-        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\ndtypes=['q2_k']\n",
-         r"fixtures\[0\].dtypes: unknown dtype\(s\) \['q2_k'\]; valid: f32, f16, q8_0, q4_0"),
-        ("[params]\nthreads='two'\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
-         r"params.threads: expected an integer >= 1, got 'two'"),
-        ("[run]\nrepeats=3\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
-         r"run: unknown key\(s\) repeats; valid: repetitions, warmup"),
-        ("[run]\ntimeout_s=-1\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
-         r"run.timeout_s: expected a positive number"),
-        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n[[fixtures]]\nmodel='tiny'\n",
-         r"fixture\(s\) listed twice: tiny/f32"),
-        ("[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nname='x'\n",
-         r"fixtures\[0\].model: unknown fixture model None"),
+        (
+            "[[runtimes]]\nname='llamacpp'\n[[fixtures]]\nmodel='tiny'\n",
+            r"runtimes\[0\].name: unknown runtime 'llamacpp'; did you mean 'llama_cpp'\?",
+        ),
+        (
+            "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='huge'\n",
+            r"fixtures\[0\].model: unknown fixture model 'huge'; valid: small, tiny",
+        ),
+        (
+            "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\ndtypes=['q2_k']\n",
+            r"fixtures\[0\].dtypes: unknown dtype\(s\) \['q2_k'\]; valid: f32, f16, q8_0, q4_0",
+        ),
+        (
+            "[params]\nthreads='two'\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+            r"params.threads: expected an integer >= 1, got 'two'",
+        ),
+        (
+            "[run]\nrepeats=3\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+            r"run: unknown key\(s\) repeats; valid: repetitions, warmup",
+        ),
+        (
+            "[run]\ntimeout_s=-1\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
+            r"run.timeout_s: expected a positive number",
+        ),
+        (
+            "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n[[fixtures]]\nmodel='tiny'\n",
+            r"fixture\(s\) listed twice: tiny/f32",
+        ),
+        (
+            "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nname='x'\n",
+            r"fixtures\[0\].model: unknown fixture model None",
+        ),
         ("runtimes = [\n", r"\(syntax\): not valid TOML"),
     ],
 )

@@ -14,7 +14,11 @@ def test_measured_keeps_samples_and_reports_median() -> None:
 
 def test_unavailable_needs_reason_and_no_value() -> None:
     assert Metric.unavailable("W", "no counter").to_dict() == {
-        "value": None, "unit": "W", "source": "unavailable", "reason": "no counter"}
+        "value": None,
+        "unit": "W",
+        "source": "unavailable",
+        "reason": "no counter",
+    }
     with pytest.raises(ValueError, match="needs a reason"):
         Metric(None, "W", Source.UNAVAILABLE)
     with pytest.raises(ValueError, match="exactly when"):

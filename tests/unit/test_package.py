@@ -8,8 +8,11 @@ from rtmatrix.metrics.package import license_of, package_size, version
 
 def test_package_size_sums_every_recorded_file() -> None:
     dist = metadata.distribution("jinja2")
-    expected = sum(Path(str(dist.locate_file(f))).stat().st_size for f in dist.files or []
-                   if Path(str(dist.locate_file(f))).exists())
+    expected = sum(
+        Path(str(dist.locate_file(f))).stat().st_size
+        for f in dist.files or []
+        if Path(str(dist.locate_file(f))).exists()
+    )
     m = package_size("jinja2")
     assert m.value == expected and m.source == "package-metadata" and expected > 100_000
 

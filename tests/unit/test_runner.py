@@ -16,12 +16,15 @@ HELPERS = "tests.helpers.adapters"
 
 
 def matrix_text(*adapters: str, run: str = "timeout_s = 20", fixtures: str = "") -> str:
-    rts = "".join(f"[[runtimes]]\nname = '{a.lower()}'\nadapter = '{HELPERS}:{a}'\n"
-                  for a in adapters)
+    rts = "".join(
+        f"[[runtimes]]\nname = '{a.lower()}'\nadapter = '{HELPERS}:{a}'\n" for a in adapters
+    )
     fixtures = fixtures or "[[fixtures]]\nmodel = 'tiny'\n"
-    return (f"[run]\nrepetitions = 2\nwarmup = 1\n{run}\n"
-            "[params]\nn_ctx = 64\nprompt_tokens = 6\ngen_tokens = 5\n"
-            f"{rts}{fixtures}")
+    return (
+        f"[run]\nrepetitions = 2\nwarmup = 1\n{run}\n"
+        "[params]\nn_ctx = 64\nprompt_tokens = 6\ngen_tokens = 5\n"
+        f"{rts}{fixtures}"
+    )
 
 
 def run(tmp_path: Path, repo: Path, text: str) -> dict[str, Any]:
@@ -38,10 +41,19 @@ def by_runtime(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_misbehaviour_is_a_recorded_outcome_and_the_run_continues(
-        tmp_path: Path, repo: Path) -> None:
-    rec = run(tmp_path, repo, matrix_text(
-        "SegfaultAdapter", "AbortAdapter", "RaisingAdapter", "MissingRuntimeAdapter",
-        "NumpyAdapter"))
+    tmp_path: Path, repo: Path
+) -> None:
+    rec = run(
+        tmp_path,
+        repo,
+        matrix_text(
+            "SegfaultAdapter",
+            "AbortAdapter",
+            "RaisingAdapter",
+            "MissingRuntimeAdapter",
+            "NumpyAdapter",
+        ),
+    )
     cells = by_runtime(rec)
     assert rec["status"] == "complete" and len(rec["cells"]) == 5
     seg = cells["segfaultadapter"]["outcome"]
@@ -53,7 +65,8 @@ def test_every_misbehaviour_is_a_recorded_outcome_and_the_run_continues(
     assert err["status"] == "error" and "unsupported model architecture" in err["message"]
     assert "ValueError" in cells["raisingadapter"]["evidence"]["traceback_tail"]
     missing = cells["missingruntimeadapter"]["outcome"]
-    assert missing["status"] == "unavailable" and missing["fix"] == "pip install 'rtmatrix[imaginary]'"
+    assert missing["status"] == "unavailable"
+    assert missing["fix"] == "pip install 'rtmatrix[imaginary]'"
     ok = cells["numpyadapter"]
     assert ok["outcome"]["status"] == "ok"
     assert ok["parity"]["all_tokens_agree"] and ok["parity"]["max_abs_logit_err"] < 1e-4
@@ -86,8 +99,14 @@ def test_memory_cap_gives_oom(tmp_path: Path, repo: Path) -> None:
 def test_metrics_all_carry_a_source(tmp_path: Path, repo: Path) -> None:
     cell = run(tmp_path, repo, matrix_text("NumpyAdapter"))["cells"][0]
     for name, m in cell["metrics"].items():
-        assert m["source"] in {"runtime-counter", "harness-clock", "os-accounting",
-                               "package-metadata", "modelled", "unavailable"}, name
+        assert m["source"] in {
+            "runtime-counter",
+            "harness-clock",
+            "os-accounting",
+            "package-metadata",
+            "modelled",
+            "unavailable",
+        }, name
         assert (m["value"] is None) == (m["source"] == "unavailable"), name
     # the numpy adapter has no runtime counters: unavailable, never 0
     assert cell["metrics"]["tg_tps_counter"]["value"] is None
@@ -102,8 +121,10 @@ def test_user_model_has_no_reference(tmp_path: Path, repo: Path) -> None:
     fixtures = f"[[fixtures]]\nname = 'mine'\npath = '{fx.path}'\n"
     cell = run(tmp_path, repo, matrix_text("NumpyAdapter", fixtures=fixtures))["cells"][0]
     assert cell["outcome"]["status"] == "ok"
-    assert cell["parity"] == {"status": "unavailable",
-                              "reason": "user-supplied model file: no numpy reference for it"}
+    assert cell["parity"] == {
+        "status": "unavailable",
+        "reason": "user-supplied model file: no numpy reference for it",
+    }
 
 
 def test_missing_user_model_is_an_error_cell(tmp_path: Path, repo: Path) -> None:
@@ -113,14 +134,17 @@ def test_missing_user_model_is_an_error_cell(tmp_path: Path, repo: Path) -> None
 
 
 def test_unimportable_adapter_is_an_error_cell(tmp_path: Path, repo: Path) -> None:
-    text = matrix_text().replace("[[fixtures]]",
-                                 "[[runtimes]]\nname='x'\nadapter='no_such_mod:X'\n[[fixtures]]")
+    text = matrix_text().replace(
+        "[[fixtures]]", "[[runtimes]]\nname='x'\nadapter='no_such_mod:X'\n[[fixtures]]"
+    )
     cell = run(tmp_path, repo, text)["cells"][0]
-    assert cell["outcome"]["status"] == "error" and "cannot be imported" in cell["outcome"]["message"]
+    assert cell["outcome"]["status"] == "error"
+    assert "cannot be imported" in cell["outcome"]["message"]
 
 
-def test_interrupted_run_keeps_finished_cells(tmp_path: Path, repo: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_run_keeps_finished_cells(
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rtmatrix import runner
 
     real = runner.run_cell
@@ -142,21 +166,42 @@ def test_interrupted_run_keeps_finished_cells(tmp_path: Path, repo: Path,
 
 
 def _launch(**kw: Any) -> Launch:
-    base: dict[str, Any] = {"returncode": 0, "signal": None, "timed_out": False, "wall_s": 1.0,
-                            "spawned": 0.0, "peak_tree_rss": 1, "maxrss": 1,
-                            "stdout_tail": "", "stderr_tail": ""}
+    base: dict[str, Any] = {
+        "returncode": 0,
+        "signal": None,
+        "timed_out": False,
+        "wall_s": 1.0,
+        "spawned": 0.0,
+        "peak_tree_rss": 1,
+        "maxrss": 1,
+        "stdout_tail": "",
+        "stderr_tail": "",
+    }
     return Launch(**(base | kw))
 
 
 def test_classify_order() -> None:
-    assert classify(_launch(timed_out=True, returncode=-9, signal="SIGKILL"), {"status": "ok"},
-                    "load", 0, None)["status"] == "timeout"
-    assert classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512,
-                    None)["status"] == "oom"
-    assert classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0,
-                    None)["status"] == "crash"
-    assert classify(_launch(returncode=1, stderr_tail="boom\n"), None, "load", 0,
-                    None)["message"].endswith("boom")
+    assert (
+        classify(
+            _launch(timed_out=True, returncode=-9, signal="SIGKILL"),
+            {"status": "ok"},
+            "load",
+            0,
+            None,
+        )["status"]
+        == "timeout"
+    )
+    assert (
+        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512, None)["status"]
+        == "oom"
+    )
+    assert (
+        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0, None)["status"]
+        == "crash"
+    )
+    assert classify(_launch(returncode=1, stderr_tail="boom\n"), None, "load", 0, None)[
+        "message"
+    ].endswith("boom")
     err = {"status": "error", "message": "std::bad_alloc", "phase": "load"}
     assert classify(_launch(returncode=3), err, "load", 300, None)["status"] == "oom"
     assert classify(_launch(returncode=3), err, "load", 0, None)["status"] == "error"

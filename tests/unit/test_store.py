@@ -30,7 +30,8 @@ def test_round_trip(tmp_path: Path, record: dict[str, Any]) -> None:
 
 
 def test_invalid_record_is_not_written_and_old_file_survives(
-        tmp_path: Path, record: dict[str, Any]) -> None:
+    tmp_path: Path, record: dict[str, Any]
+) -> None:
     path = tmp_path / "r.json"
     save_run(record, path)
     bad = copy.deepcopy(record)
@@ -42,7 +43,8 @@ def test_invalid_record_is_not_written_and_old_file_survives(
 
 
 def test_failed_write_keeps_the_old_file(
-        tmp_path: Path, record: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, record: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "r.json"
     save_run(record, path)
     changed = copy.deepcopy(record)
@@ -52,7 +54,7 @@ def test_failed_write_keeps_the_old_file(
         msg = "disk full"
         raise OSError(msg)
 
-    monkeypatch.setattr(store.json, "dump", broken_dump)
+    monkeypatch.setattr(json, "dump", broken_dump)
     with pytest.raises(OSError, match="disk full"):
         save_run(changed, path)
     monkeypatch.undo()
@@ -70,12 +72,13 @@ def test_unavailable_metric_needs_reason_and_null(record: dict[str, Any]) -> Non
 def test_newer_schema_is_refused(tmp_path: Path, record: dict[str, Any]) -> None:
     record["schema_version"] = 99
     (tmp_path / "r.json").write_text(json.dumps(record))
-    with pytest.raises(ResultError, match="schema_version 99 is newer.*upgrade rtmatrix"):
+    with pytest.raises(ResultError, match=r"schema_version 99 is newer.*upgrade rtmatrix"):
         load_run(tmp_path / "r.json")
 
 
-def test_older_schema_is_migrated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                  record: dict[str, Any]) -> None:
+def test_older_schema_is_migrated(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, record: dict[str, Any]
+) -> None:
     old = copy.deepcopy(record)
     old["schema_version"] = 0
     old["runs_on"] = old.pop("machine")

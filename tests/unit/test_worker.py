@@ -10,13 +10,22 @@ from rtmatrix.worker import describe, main
 
 def test_describe_reports_metadata_without_the_runtime() -> None:
     info = describe("llama_cpp")
-    assert info == {"name": "llama_cpp", "distribution": "llama-cpp-python",
-                    "extra": "llama-cpp", "container": "gguf"}
+    assert info == {
+        "name": "llama_cpp",
+        "distribution": "llama-cpp-python",
+        "extra": "llama-cpp",
+        "container": "gguf",
+    }
 
 
 def test_describe_cli_reports_errors_as_json(repo: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "rtmatrix.worker", "--describe", "nope:X"],
-                         capture_output=True, text=True, check=False, cwd=repo)
+    out = subprocess.run(
+        [sys.executable, "-m", "rtmatrix.worker", "--describe", "nope:X"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=repo,
+    )
     assert out.returncode == 3 and "cannot be imported" in json.loads(out.stdout)["error"]
 
 
@@ -27,8 +36,15 @@ def test_bad_usage_and_bad_job(tmp_path: Path) -> None:
 
 def test_error_result_is_written(tmp_path: Path) -> None:
     job = tmp_path / "job.json"
-    job.write_text(json.dumps({"adapter": "tests.helpers.adapters:RaisingAdapter",
-                               "model_path": "x.gguf", "params": {}}))
+    job.write_text(
+        json.dumps(
+            {
+                "adapter": "tests.helpers.adapters:RaisingAdapter",
+                "model_path": "x.gguf",
+                "params": {},
+            }
+        )
+    )
     assert main([str(job)]) == 3
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "error" and result["phase"] == "load"

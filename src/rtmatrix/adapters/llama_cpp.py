@@ -145,8 +145,12 @@ class LlamaCppAdapter(Adapter):
             devs = []
             for i in range(g.ggml_backend_dev_count()):
                 d = g.ggml_backend_dev_get(i)
-                devs.append({"name": g.ggml_backend_dev_name(d).decode(),
-                             "description": g.ggml_backend_dev_description(d).decode()})
+                devs.append(
+                    {
+                        "name": g.ggml_backend_dev_name(d).decode(),
+                        "description": g.ggml_backend_dev_description(d).decode(),
+                    }
+                )
             return devs
         except (ImportError, AttributeError, OSError) as exc:
             return [{"error": f"device enumeration unavailable: {exc}"}]

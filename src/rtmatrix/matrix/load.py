@@ -16,10 +16,19 @@ from rtmatrix.adapters.base import AdapterError, resolve_adapter
 from rtmatrix.fixtures.gguf_export import DTYPES
 from rtmatrix.fixtures.spec import builtin_specs
 
-RUN_DEFAULTS: dict[str, Any] = {"repetitions": 5, "warmup": 1, "timeout_s": 600.0,
-                                "address_space_cap_mb": 0, "sample_interval_s": 0.02}
-PARAM_DEFAULTS: dict[str, Any] = {"threads": 2, "n_ctx": 512, "prompt_tokens": 128,
-                                  "gen_tokens": 64}
+RUN_DEFAULTS: dict[str, Any] = {
+    "repetitions": 5,
+    "warmup": 1,
+    "timeout_s": 600.0,
+    "address_space_cap_mb": 0,
+    "sample_interval_s": 0.02,
+}
+PARAM_DEFAULTS: dict[str, Any] = {
+    "threads": 2,
+    "n_ctx": 512,
+    "prompt_tokens": 128,
+    "gen_tokens": 64,
+}
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures")
 RUNTIME_KEYS = ("name", "adapter")
 FIXTURE_KEYS = ("model", "dtypes", "name", "path")
@@ -69,10 +78,16 @@ class Matrix:
 
     def cells(self) -> list[Cell]:
         names = list(self.params)
-        combos = [dict(zip(names, vals, strict=True))
-                  for vals in itertools.product(*(self.params[n] for n in names))]
-        return [Cell(rt, target, fx, combo)
-                for rt, target in self.runtimes for fx in self.fixtures for combo in combos]
+        combos = [
+            dict(zip(names, vals, strict=True))
+            for vals in itertools.product(*(self.params[n] for n in names))
+        ]
+        return [
+            Cell(rt, target, fx, combo)
+            for rt, target in self.runtimes
+            for fx in self.fixtures
+            for combo in combos
+        ]
 
 
 class _Ctx:
@@ -89,7 +104,8 @@ class _Ctx:
 
 
 def _positive_int(ctx: _Ctx, key: str, value: Any, allow_zero: bool = False) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value >= (0 if allow_zero else 1)
+    low = 0 if allow_zero else 1
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= low
     if not ok:
         bound = ">= 0" if allow_zero else ">= 1"
         raise ctx.fail(key, f"expected an integer {bound}, got {value!r}")
@@ -130,10 +146,13 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[tuple[str, str]]:
     for i, entry in enumerate(entries):
         where = f"runtimes[{i}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ctx.fail(where, "each [[runtimes]] needs name = \"<runtime>\"")
+            raise ctx.fail(where, 'each [[runtimes]] needs name = "<runtime>"')
         ctx.check_keys(entry, where, RUNTIME_KEYS)
         try:
-            target = resolve_adapter(entry.get("adapter", entry["name"]))
+            adapter = entry.get("adapter", entry["name"])
+            if not isinstance(adapter, str):
+                raise ctx.fail(f"{where}.adapter", f"expected 'module:Class', got {adapter!r}")
+            target = resolve_adapter(adapter)
         except AdapterError as exc:
             raise ctx.fail(f"{where}.name", str(exc)) from None
         out.append((entry["name"], target))
@@ -148,16 +167,18 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     if "path" in entry:
         name = entry.get("name")
         if not isinstance(name, str) or not isinstance(entry["path"], str):
-            raise ctx.fail(where, "a model file fixture needs name = \"...\" and path = \"...\"")
+            raise ctx.fail(where, 'a model file fixture needs name = "..." and path = "..."')
         if "model" in entry or "dtypes" in entry:
             raise ctx.fail(where, "give either model (+ dtypes) or name + path, not both")
         path = Path(entry["path"]).expanduser()
-        return [FixtureEntry(name=name, dtype=None, path=path if path.is_absolute() else base / path)]
+        path = path if path.is_absolute() else base / path
+        return [FixtureEntry(name=name, dtype=None, path=path)]
     specs = builtin_specs()
     model = entry.get("model")
     if model not in specs:
-        raise ctx.fail(f"{where}.model",
-                       f"unknown fixture model {model!r}; valid: {', '.join(sorted(specs))}")
+        raise ctx.fail(
+            f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(sorted(specs))}"
+        )
     dtypes = entry.get("dtypes", ["f32"])
     if not isinstance(dtypes, list) or not dtypes:
         raise ctx.fail(f"{where}.dtypes", f"expected a non-empty list; valid: {', '.join(DTYPES)}")
@@ -165,6 +186,8 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     if bad:
         raise ctx.fail(f"{where}.dtypes", f"unknown dtype(s) {bad}; valid: {', '.join(DTYPES)}")
     name = entry.get("name", model)
+    if not isinstance(name, str):
+        raise ctx.fail(f"{where}.name", f"expected a string, got {name!r}")
     return [FixtureEntry(name=name, dtype=d, model=model) for d in dtypes]
 
 

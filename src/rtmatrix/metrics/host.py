@@ -11,8 +11,25 @@ from typing import Any
 import psutil
 
 # ISA features the CPU backends of the runtimes care about
-_ISA = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-        "avx512_bf16", "amx_tile", "avx_vnni", "asimd", "sve", "neon", "dotprod", "i8mm")
+_ISA = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "avx_vnni",
+    "asimd",
+    "sve",
+    "neon",
+    "dotprod",
+    "i8mm",
+)
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -50,8 +67,9 @@ def machine_info() -> dict[str, Any]:
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                             timeout=10, check=True)
+        out = subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()

@@ -37,8 +37,12 @@ def package_size(distribution: str) -> Metric:
             counted += 1
         except OSError:
             missing += 1
-    return Metric(total, "bytes", Source.PACKAGE_METADATA,
-                  detail={"files": counted, "files_missing": missing, "method": "RECORD"})
+    return Metric(
+        total,
+        "bytes",
+        Source.PACKAGE_METADATA,
+        detail={"files": counted, "files_missing": missing, "method": "RECORD"},
+    )
 
 
 def license_of(distribution: str) -> Metric:
@@ -47,15 +51,19 @@ def license_of(distribution: str) -> Metric:
     if dist is None:
         return Metric.unavailable("spdx", f"distribution {distribution!r} is not installed")
     md = dist.metadata
-    expr = md.get("License-Expression")
+    expr = (md.get_all("License-Expression") or [None])[0]
     if expr:
         return Metric(expr, "spdx", Source.PACKAGE_METADATA, detail={"field": "License-Expression"})
-    lic = md.get("License")
+    lic = (md.get_all("License") or [None])[0]
     if lic and len(lic) < 200:
         return Metric(lic.strip(), "text", Source.PACKAGE_METADATA, detail={"field": "License"})
-    classifiers = [c.split("::")[-1].strip() for c in md.get_all("Classifier") or []
-                   if c.startswith("License ::")]
+    classifiers = [
+        c.split("::")[-1].strip()
+        for c in md.get_all("Classifier") or []
+        if c.startswith("License ::")
+    ]
     if classifiers:
-        return Metric("; ".join(classifiers), "text", Source.PACKAGE_METADATA,
-                      detail={"field": "Classifier"})
+        return Metric(
+            "; ".join(classifiers), "text", Source.PACKAGE_METADATA, detail={"field": "Classifier"}
+        )
     return Metric.unavailable("spdx", f"{distribution} metadata declares no license")

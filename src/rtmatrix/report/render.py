@@ -22,8 +22,14 @@ COLUMNS: list[tuple[str, str]] = [
     ("license", "license"),
     ("power_w", "power"),
 ]
-SOURCE_MARK = {"runtime-counter": "rc", "harness-clock": "hc", "os-accounting": "os",
-               "package-metadata": "pkg", "modelled": "model", "unavailable": "n/a"}
+SOURCE_MARK = {
+    "runtime-counter": "rc",
+    "harness-clock": "hc",
+    "os-accounting": "os",
+    "package-metadata": "pkg",
+    "modelled": "model",
+    "unavailable": "n/a",
+}
 
 
 def fmt_value(metric: dict[str, Any]) -> str:
@@ -42,17 +48,22 @@ def fmt_value(metric: dict[str, Any]) -> str:
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("rtmatrix.report", "templates"),
-                             autoescape=jinja2.select_autoescape(default=True),
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("rtmatrix.report", "templates"),
+        autoescape=jinja2.select_autoescape(default=True),
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["metric"] = fmt_value
     return env
 
 
 def render_report(runs: list[dict[str, Any]], out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path."""
-    html = _env().get_template("index.html.j2").render(
-        runs=runs, columns=COLUMNS, source_mark=SOURCE_MARK)
+    html = (
+        _env()
+        .get_template("index.html.j2")
+        .render(runs=runs, columns=COLUMNS, source_mark=SOURCE_MARK)
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
     tmp = path.with_suffix(".html.tmp")

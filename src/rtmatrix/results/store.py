@@ -38,8 +38,9 @@ def validate_run(record: dict[str, Any], where: str = "run record") -> None:
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"  at /{'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
-                 for e in errors[:10]]
+        lines = [
+            f"  at /{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in errors[:10]
+        ]
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
         msg = f"{where} does not match the rtmatrix result schema v{SCHEMA_VERSION}:\n"
         raise ResultError(msg + "\n".join(lines) + more)
@@ -51,8 +52,10 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any]:
         msg = f"{where}: no integer schema_version; is this an rtmatrix result file?"
         raise ResultError(msg)
     if version > SCHEMA_VERSION:
-        msg = (f"{where}: schema_version {version} is newer than this rtmatrix understands "
-               f"({SCHEMA_VERSION}); upgrade rtmatrix to read it")
+        msg = (
+            f"{where}: schema_version {version} is newer than this rtmatrix understands "
+            f"({SCHEMA_VERSION}); upgrade rtmatrix to read it"
+        )
         raise ResultError(msg)
     while version < SCHEMA_VERSION:
         if version not in MIGRATIONS:

@@ -1,0 +1,117 @@
+"""Real llama-cpp-python on the tiny fixture, through real worker processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtmatrix.fixtures import prepare_fixture
+from rtmatrix.matrix import parse_matrix
+from rtmatrix.results import load_run
+from rtmatrix.runner import run_matrix
+
+pytestmark = pytest.mark.integration
+
+SOURCES = {"runtime-counter", "harness-clock", "os-accounting", "package-metadata", "modelled",
+           "unavailable"}
+
+
+def _run(tmp_path: Path, repo: Path, body: str) -> dict[str, Any]:
+    text = ("[run]\nrepetitions = 3\nwarmup = 1\ntimeout_s = 120\n"
+            "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 24\n" + body)
+    m = parse_matrix(text, tmp_path / "m.toml")
+    return load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    repo = Path(__file__).resolve().parents[2]
+    body = ("[[runtimes]]\nname = 'llama_cpp'\n"
+            "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'f16', 'q8_0', 'q4_0']\n")
+    return _run(tmp_path_factory.mktemp("tiny"), repo, body)
+
+
+def cell(run: dict[str, Any], dtype: str) -> dict[str, Any]:
+    return next(c for c in run["cells"] if c["fixture"]["dtype"] == dtype)
+
+
+def test_every_cell_ok_and_versions_recorded(tiny_run: dict[str, Any]) -> None:
+    assert [c["outcome"]["status"] for c in tiny_run["cells"]] == ["ok"] * 4
+    rt = tiny_run["runtimes"]["llama_cpp"]
+    assert rt["distribution"] == "llama-cpp-python" and rt["version"]
+    assert cell(tiny_run, "f32")["outcome"]["runtime_version"] == rt["version"]
+
+
+def test_f32_greedy_tokens_equal_the_reference(tiny_run: dict[str, Any]) -> None:
+    par = cell(tiny_run, "f32")["parity"]
+    assert par["tokens_agree"] == par["tokens_compared"] == 24
+    assert par["max_abs_logit_err"] < 1e-2 and par["within_tolerance"]
+    assert par["deterministic_across_reps"]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "q8_0", "q4_0"])
+def test_other_dtypes_have_parity_recorded(tiny_run: dict[str, Any], dtype: str) -> None:
+    par = cell(tiny_run, dtype)["parity"]
+    assert par["status"] == "measured" and par["max_abs_logit_err"] is not None
+    assert par["within_tolerance"], par
+
+
+def test_every_metric_present_with_a_source(tiny_run: dict[str, Any]) -> None:
+    expected = {"package_size_bytes", "license", "cold_start_process_s", "cold_start_import_s",
+                "cold_start_load_s", "cold_start_first_token_s", "cold_start_total_s",
+                "peak_rss_sampled_bytes", "peak_rss_os_bytes", "pp_tps", "pp_tps_counter",
+                "tg_tps", "tg_tps_counter", "ttft_s", "tpot_s", "token_latency_p50_s",
+                "token_latency_p90_s", "energy_j", "power_w"}
+    for c in tiny_run["cells"]:
+        m = c["metrics"]
+        assert set(m) == expected
+        for name, metric in m.items():
+            assert metric["source"] in SOURCES, name
+            if name not in ("energy_j", "power_w"):
+                assert metric["value"] is not None, (name, metric)
+        assert m["pp_tps_counter"]["source"] == "runtime-counter"
+        assert m["package_size_bytes"]["value"] > 10 * 2**20  # lib/ outside the package counted
+        assert len(m["tg_tps"]["samples"]) == 3  # counted reps only
+
+
+def test_harness_clock_agrees_with_llama_counters(tiny_run: dict[str, Any]) -> None:
+    # Consistency of two clocks over the same calls, not a performance goal.
+    for c in tiny_run["cells"]:
+        m = c["metrics"]
+        for phase in ("pp", "tg"):
+            ratio = m[f"{phase}_tps"]["value"] / m[f"{phase}_tps_counter"]["value"]
+            assert 0.75 < ratio < 1.3, (c["key"], phase, ratio)
+
+
+def test_evidence_shows_placement_and_system_info(tiny_run: dict[str, Any]) -> None:
+    ev = cell(tiny_run, "f32")["evidence"]
+    assert ev["layer_placement"]["CPU"] == 5  # 4 blocks + output layer, all on the CPU
+    assert ev["system_info"].startswith("CPU :")
+    assert ev["gpu_offload_supported"] is False
+    assert ev["log_lines_total"] > 50
+    assert any("buffer size" in line for line in ev["log_excerpt"])
+
+
+def test_bad_files_are_clean_errors_and_a_segfault_does_not_stop_the_run(
+        tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    good = prepare_fixture("tiny", "tiny", "f32", None, "gguf").path.read_bytes()
+    (tmp_path / "truncated.gguf").write_bytes(good[: len(good) // 3])
+    (tmp_path / "garbage.gguf").write_bytes(b"NOTAGGUF" * 512)
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    fixtures = "".join(f"[[fixtures]]\nname = '{n}'\npath = '{tmp_path / n}.gguf'\n"
+                       for n in ("truncated", "garbage", "empty"))
+    body = ("[[runtimes]]\nname = 'crasher'\nadapter = 'tests.helpers.adapters:SegfaultAdapter'\n"
+            "[[runtimes]]\nname = 'llama_cpp'\n" + fixtures)
+    run = _run(tmp_path, repo, body)
+    assert run["status"] == "complete" and len(run["cells"]) == 6
+    for c in run["cells"]:
+        if c["runtime"] == "crasher":
+            assert c["outcome"]["status"] == "crash" and c["outcome"]["signal"] == "SIGSEGV"
+        else:
+            assert c["outcome"]["status"] == "error", c["outcome"]
+            assert c["outcome"]["phase"] == "load"
+            assert c["parity"]["status"] == "unavailable"
+            assert c["evidence"]["log_tail"], "llama.cpp's own load log is kept as evidence"
