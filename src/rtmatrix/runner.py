@@ -465,12 +465,12 @@ def run_matrix(
             )
             rec = run_cell(ctx, cell)
             record["cells"].append(rec)
-            save_run(record, path)
+            save_run(record, path, skip_cells=len(record["cells"]) - 1)
             progress(_progress_line(i, len(cells), cell, rec))
     except KeyboardInterrupt:
         record["status"] = "interrupted"
         record["finished_utc"] = datetime.now(UTC).isoformat()
-        save_run(record, path)
+        save_run(record, path, skip_cells=len(record["cells"]))
         progress(f"rtmatrix: interrupted; {len(record['cells'])} finished cell(s) kept in {path}")
         raise
     record["status"] = "complete"

@@ -14,13 +14,21 @@ from rtmatrix.runner import run_matrix
 
 pytestmark = pytest.mark.integration
 
-SOURCES = {"runtime-counter", "harness-clock", "os-accounting", "package-metadata", "modelled",
-           "unavailable"}
+SOURCES = {
+    "runtime-counter",
+    "harness-clock",
+    "os-accounting",
+    "package-metadata",
+    "modelled",
+    "unavailable",
+}
 
 
 def _run(tmp_path: Path, repo: Path, body: str) -> dict[str, Any]:
-    text = ("[run]\nrepetitions = 3\nwarmup = 1\ntimeout_s = 120\n"
-            "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 24\n" + body)
+    text = (
+        "[run]\nrepetitions = 3\nwarmup = 1\ntimeout_s = 120\n"
+        "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 24\n" + body
+    )
     m = parse_matrix(text, tmp_path / "m.toml")
     return load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo))
 
@@ -28,8 +36,10 @@ def _run(tmp_path: Path, repo: Path, body: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     repo = Path(__file__).resolve().parents[2]
-    body = ("[[runtimes]]\nname = 'llama_cpp'\n"
-            "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'f16', 'q8_0', 'q4_0']\n")
+    body = (
+        "[[runtimes]]\nname = 'llama_cpp'\n"
+        "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'f16', 'q8_0', 'q4_0']\n"
+    )
     return _run(tmp_path_factory.mktemp("tiny"), repo, body)
 
 
@@ -59,11 +69,27 @@ def test_other_dtypes_have_parity_recorded(tiny_run: dict[str, Any], dtype: str)
 
 
 def test_every_metric_present_with_a_source(tiny_run: dict[str, Any]) -> None:
-    expected = {"package_size_bytes", "license", "cold_start_process_s", "cold_start_import_s",
-                "cold_start_load_s", "cold_start_first_token_s", "cold_start_total_s",
-                "peak_rss_sampled_bytes", "peak_rss_os_bytes", "pp_tps", "pp_tps_counter",
-                "tg_tps", "tg_tps_counter", "ttft_s", "tpot_s", "token_latency_p50_s",
-                "token_latency_p90_s", "energy_j", "power_w"}
+    expected = {
+        "package_size_bytes",
+        "license",
+        "cold_start_process_s",
+        "cold_start_import_s",
+        "cold_start_load_s",
+        "cold_start_first_token_s",
+        "cold_start_total_s",
+        "peak_rss_sampled_bytes",
+        "peak_rss_os_bytes",
+        "pp_tps",
+        "pp_tps_counter",
+        "tg_tps",
+        "tg_tps_counter",
+        "ttft_s",
+        "tpot_s",
+        "token_latency_p50_s",
+        "token_latency_p90_s",
+        "energy_j",
+        "power_w",
+    }
     for c in tiny_run["cells"]:
         m = c["metrics"]
         assert set(m) == expected
@@ -94,17 +120,20 @@ def test_evidence_shows_placement_and_system_info(tiny_run: dict[str, Any]) -> N
     assert any("buffer size" in line for line in ev["log_excerpt"])
 
 
-def test_bad_files_are_clean_errors_and_a_segfault_does_not_stop_the_run(
-        tmp_path: Path) -> None:
+def test_bad_files_are_clean_errors_and_a_segfault_does_not_stop_the_run(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     good = prepare_fixture("tiny", "tiny", "f32", None, "gguf").path.read_bytes()
     (tmp_path / "truncated.gguf").write_bytes(good[: len(good) // 3])
     (tmp_path / "garbage.gguf").write_bytes(b"NOTAGGUF" * 512)
     (tmp_path / "empty.gguf").write_bytes(b"")
-    fixtures = "".join(f"[[fixtures]]\nname = '{n}'\npath = '{tmp_path / n}.gguf'\n"
-                       for n in ("truncated", "garbage", "empty"))
-    body = ("[[runtimes]]\nname = 'crasher'\nadapter = 'tests.helpers.adapters:SegfaultAdapter'\n"
-            "[[runtimes]]\nname = 'llama_cpp'\n" + fixtures)
+    fixtures = "".join(
+        f"[[fixtures]]\nname = '{n}'\npath = '{tmp_path / n}.gguf'\n"
+        for n in ("truncated", "garbage", "empty")
+    )
+    body = (
+        "[[runtimes]]\nname = 'crasher'\nadapter = 'tests.helpers.adapters:SegfaultAdapter'\n"
+        "[[runtimes]]\nname = 'llama_cpp'\n" + fixtures
+    )
     run = _run(tmp_path, repo, body)
     assert run["status"] == "complete" and len(run["cells"]) == 6
     for c in run["cells"]:

@@ -43,7 +43,10 @@ def test_validate_and_report_golden(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.strip().endswith("schema.json")
 
 
-def test_fixtures_list_and_build(capsys: pytest.CaptureFixture[str]) -> None:
+def test_fixtures_list_and_build(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("RTMATRIX_CACHE_DIR", str(tmp_path))
     assert main(["fixtures", "list"]) == 0
     assert main(["fixtures", "build", "--model", "tiny", "--dtype", "q4_0"]) == 0
     assert main(["fixtures", "build", "--model", "tiny", "--dtype", "q4_0"]) == 0

@@ -105,3 +105,19 @@ def test_bad_files_get_clear_errors(tmp_path: Path, content: str, pattern: str) 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ResultError, match="cannot read result file"):
         load_run(tmp_path / "none.json")
+
+
+def test_incremental_validation_checks_only_new_cells(record: dict[str, Any]) -> None:
+    bad_old = copy.deepcopy(record)
+    bad_old["cells"].append(copy.deepcopy(record["cells"][0]))
+    bad_old["cells"][0]["metrics"]["tg_tps"]["source"] = "guess"
+    validate_run(bad_old, skip_cells=1)  # the first cell is trusted
+    bad_new = copy.deepcopy(record)
+    bad_new["cells"].append(copy.deepcopy(record["cells"][0]))
+    bad_new["cells"][1]["outcome"]["status"] = "fine"
+    with pytest.raises(ResultError, match=r"at /cells/1/outcome/status"):
+        validate_run(bad_new, skip_cells=1)
+    bad_env = copy.deepcopy(record)
+    bad_env["status"] = "halfway"
+    with pytest.raises(ResultError, match=r"at /status"):
+        validate_run(bad_env, skip_cells=1)

@@ -32,18 +32,45 @@ def schema_path() -> str:
     return str(resources.files("rtmatrix.results").joinpath("schema.json"))
 
 
-def validate_run(record: dict[str, Any], where: str = "run record") -> None:
+@cache
+def _validator() -> Any:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema())
-    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [
-            f"  at /{'/'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in errors[:10]
-        ]
-        more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
-        msg = f"{where} does not match the rtmatrix result schema v{SCHEMA_VERSION}:\n"
-        raise ResultError(msg + "\n".join(lines) + more)
+    return jsonschema.Draft202012Validator(schema())
+
+
+@cache
+def _cell_validator() -> Any:
+    import jsonschema
+
+    cell_schema = {"$ref": "#/$defs/cell", "$defs": schema()["$defs"]}
+    return jsonschema.Draft202012Validator(cell_schema)
+
+
+def _raise_errors(errors: list[Any], where: str, prefix: str = "") -> None:
+    if not errors:
+        return
+    errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
+    lines = [
+        f"  at {prefix}/{'/'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in errors[:10]
+    ]
+    more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
+    msg = f"{where} does not match the rtmatrix result schema v{SCHEMA_VERSION}:\n"
+    raise ResultError(msg + "\n".join(lines) + more)
+
+
+def validate_run(record: dict[str, Any], where: str = "run record", skip_cells: int = 0) -> None:
+    """Validate against the schema; ``skip_cells`` leading cells already validated are trusted
+    (the runner saves after every cell, so a full check each time would cost O(cells^2))."""
+    if not skip_cells:
+        _raise_errors(list(_validator().iter_errors(record)), where)
+        return
+    envelope = {**record, "cells": []}
+    _raise_errors(list(_validator().iter_errors(envelope)), where)
+    cells = record.get("cells", [])
+    for i in range(skip_cells, len(cells)):
+        _raise_errors(list(_cell_validator().iter_errors(cells[i])), where, f"/cells/{i}")
 
 
 def migrate(record: dict[str, Any], where: str) -> dict[str, Any]:
@@ -66,9 +93,9 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any]:
     return record
 
 
-def save_run(record: dict[str, Any], path: Path) -> None:
+def save_run(record: dict[str, Any], path: Path, skip_cells: int = 0) -> None:
     """Validate, then write atomically: readers see the old file or the new one, never half."""
-    validate_run(record, str(path))
+    validate_run(record, str(path), skip_cells)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
