@@ -1,6 +1,6 @@
 """Command line: thin argument parsing over the pipeline functions.
 
-Exit codes: 0 success, 1 a run finished with cells that are not ok (only with --strict),
+Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
 2 bad input (matrix, result or model file), 130 interrupted.
 """
 
@@ -24,7 +24,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(Path(args.matrix))
     runtimes = set(args.runtime or [])
-    known = {name for name, _ in matrix.runtimes}
+    known = {rt.name for rt in matrix.runtimes}
     if runtimes - known:
         print(
             f"rtmatrix: --runtime {sorted(runtimes - known)} not in {args.matrix}; "
@@ -32,19 +32,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    resume = Path(args.resume) if args.resume else None
+    if resume is not None:
+        load_run(resume)  # a corrupt or newer file is refused before anything runs
     path = run_matrix(
-        matrix, Path(args.results), only=(lambda c: c.runtime in runtimes) if runtimes else None
+        matrix,
+        Path(args.results),
+        only=(lambda c: c.runtime in runtimes) if runtimes else None,
+        resume=resume,
     )
     record = load_run(path)
     print(f"rtmatrix: wrote {path}")
     if not args.no_report:
         print(f"rtmatrix: wrote {render_report([record], Path(args.report))}")
-    bad = [c for c in record["cells"] if c["outcome"]["status"] != "ok"]
-    summary: dict[str, int] = {}
+    outcomes: dict[str, int] = {}
+    verdicts: dict[str, int] = {}
     for c in record["cells"]:
-        summary[c["outcome"]["status"]] = summary.get(c["outcome"]["status"], 0) + 1
-    print("rtmatrix: outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(summary.items())))
-    return EXIT_NOT_OK if (bad and args.strict) else EXIT_OK
+        outcomes[c["outcome"]["status"]] = outcomes.get(c["outcome"]["status"], 0) + 1
+        verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
+    print("rtmatrix: outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    print("rtmatrix: verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    failed = verdicts.get("FAIL", 0)
+    return EXIT_NOT_OK if (failed and args.strict) else EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -73,13 +82,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_fixtures(args: argparse.Namespace) -> int:
-    from rtmatrix.fixtures import EXPORTERS
+    from rtmatrix.fixtures import build_fixture
     from rtmatrix.fixtures.spec import builtin_specs
+    from rtmatrix.fixtures.variants import VARIANTS
 
     specs = builtin_specs()
     if args.action == "list":
         for name, spec in specs.items():
             print(f"{name:8s} {spec.n_params / 1e6:6.2f} M params  {spec.description}")
+        print("variants:")
+        for v in VARIANTS.values():
+            print(f"  {v.name:15s} expect {v.expect:5s}  {v.description}")
         return EXIT_OK
     names = args.model or list(specs)
     unknown = [n for n in names if n not in specs]
@@ -90,8 +103,8 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     for name in names:
-        for dtype in args.dtype:
-            art = EXPORTERS[args.format](specs[name], dtype)
+        for dtype in args.dtype or ["f32"]:
+            art = build_fixture(specs[name], args.format, dtype, args.variant)
             state = f"built in {art.manifest['build_s']:.2f} s" if art.built else "cached"
             print(f"{name} {args.format}/{dtype}: {art.path} ({state})")
     return EXIT_OK
@@ -117,8 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--report", default="reports", help="report folder (default: %(default)s)")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--runtime", action="append", help="only this runtime row (repeatable)")
+    run.add_argument("--strict", action="store_true", help="exit 1 when any cell's verdict is FAIL")
     run.add_argument(
-        "--strict", action="store_true", help="exit 1 when any cell's outcome is not ok"
+        "--resume",
+        metavar="RUN.json",
+        help="finish an interrupted run: only the cells it lacks are run",
     )
     run.set_defaults(func=_cmd_run)
 
@@ -135,10 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     fx = sub.add_parser("fixtures", help="list or build the canonical fixture models")
     fx.add_argument("action", choices=["list", "build"])
     fx.add_argument("--model", action="append", help="spec name (default: all)")
-    fx.add_argument("--format", default="gguf", choices=["gguf"])
+    fx.add_argument("--format", default="gguf", help="container (default: %(default)s)")
     fx.add_argument(
         "--dtype", action="append", default=None, help="dtype(s) to build (default: f32)"
     )
+    fx.add_argument("--variant", default=None, help="a fixture-family variant (see list)")
     fx.set_defaults(func=_cmd_fixtures)
     return p
 
@@ -149,8 +166,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rtmatrix.results import ResultError
 
     args = build_parser().parse_args(argv)
-    if getattr(args, "dtype", "unset") is None:
-        args.dtype = ["f32"]
     try:
         code: int = args.func(args)
     except (MatrixError, ResultError, FixtureError) as exc:

@@ -11,14 +11,62 @@ from typing import Any
 
 
 class Status(StrEnum):
-    """How a cell ended. Every cell gets exactly one."""
+    """How a cell ended, classified from evidence only. Every cell gets exactly one."""
 
+    OK = "ok"  # ran; parity holds (or there is no reference to check)
+    WRONG_OUTPUT = "wrong-output"  # ran, but parity broken or logits non-finite
+    ERROR = "error"  # the runtime raised a clean error (message kept)
+    CRASH = "crash"  # the worker died by a signal or exited without a result
+    OOM_KILLED = "oom-killed"  # killed for memory (SIGKILL under a memory cap)
+    HANG = "hang"  # the wall-clock limit was hit; the process group was killed
+    FALLBACK = "fallback"  # ran, but not where it was asked to (placement evidence)
+    UNAVAILABLE = "unavailable"  # runtime or feature missing
+
+
+class Verdict(StrEnum):
+    """The outcome judged against the fixture's expectation."""
+
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    UNAVAILABLE = "unavailable"
+
+
+class Expect(StrEnum):
     OK = "ok"
-    ERROR = "error"  # the runtime raised a clean error
-    CRASH = "crash"  # the worker died (signal or non-zero exit without a result)
-    TIMEOUT = "timeout"  # the wall-clock limit was hit; the process group was killed
-    OOM = "oom"  # out of memory under the cell's cap
-    UNAVAILABLE = "unavailable"  # runtime not installed / fixture not applicable
+    ERROR = "error"
+
+
+# expectation -> outcome -> verdict; a matrix may override entries per fixture
+VERDICT_RULES: dict[Expect, dict[Status, Verdict]] = {
+    Expect.OK: {
+        Status.OK: Verdict.PASS,
+        Status.WRONG_OUTPUT: Verdict.FAIL,
+        Status.ERROR: Verdict.FAIL,
+        Status.CRASH: Verdict.FAIL,
+        Status.OOM_KILLED: Verdict.FAIL,
+        Status.HANG: Verdict.FAIL,
+        Status.FALLBACK: Verdict.FAIL,
+        Status.UNAVAILABLE: Verdict.UNAVAILABLE,
+    },
+    Expect.ERROR: {
+        Status.OK: Verdict.FAIL,  # expected an error but it "succeeded"
+        Status.WRONG_OUTPUT: Verdict.FAIL,  # silently returned garbage
+        Status.ERROR: Verdict.PASS,  # clean, visible error
+        Status.CRASH: Verdict.WARN,  # visible, but kills the host process
+        Status.OOM_KILLED: Verdict.WARN,
+        Status.HANG: Verdict.FAIL,
+        Status.FALLBACK: Verdict.FAIL,
+        Status.UNAVAILABLE: Verdict.UNAVAILABLE,
+    },
+}
+
+
+def verdict(expect: Expect, status: Status, overrides: dict[str, str] | None = None) -> Verdict:
+    """Judge an outcome; ``overrides`` maps outcome names to verdict names for one fixture."""
+    if overrides and str(status) in overrides:
+        return Verdict(overrides[str(status)])
+    return VERDICT_RULES[expect][status]
 
 
 class Source(StrEnum):

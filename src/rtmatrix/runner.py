@@ -21,12 +21,18 @@ from typing import Any
 import numpy as np
 import psutil
 
-from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, reference_for
+from rtmatrix.fixtures import (
+    FixtureError,
+    PreparedFixture,
+    prepare_fixture,
+    reference_for,
+    unsupported,
+)
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
-from rtmatrix.outcome import Metric, Status
-from rtmatrix.results import save_run
+from rtmatrix.outcome import Metric, Status, verdict
+from rtmatrix.results import load_run, save_run
 
 TAIL_CHARS = 4000
 _OOM_HINTS = (
@@ -91,7 +97,8 @@ def launch(
     args: list[str], job_dir: Path, timeout_s: float, interval_s: float, cwd: Path | None = None
 ) -> Launch:
     """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the tree's RSS;
-    kill the whole group at the deadline; reap with wait4 for the OS's own peak RSS."""
+    kill the whole group at the deadline (or when the parent is interrupted); reap with wait4
+    for the OS's own peak RSS."""
     out_path, err_path = job_dir / "stdout.txt", job_dir / "stderr.txt"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         spawned = time.monotonic()
@@ -104,24 +111,29 @@ def launch(
             env=worker_env(),
             start_new_session=True,
         )
-    ps = psutil.Process(proc.pid)
     peak, timed_out, status, usage = 0, False, 0, None
     deadline = spawned + timeout_s
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        peak = max(peak, _tree_rss(ps))
-        if time.monotonic() > deadline:
-            timed_out = True
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(interval_s)
+    try:
+        ps = psutil.Process(proc.pid)
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak = max(peak, _tree_rss(ps))
+            if time.monotonic() > deadline:
+                timed_out = True
+                _kill_group(proc.pid)
+                _, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(interval_s)
+    except BaseException:  # Ctrl-C or anything else: never leave a worker group behind
+        _kill_group(proc.pid)
+        with contextlib.suppress(ChildProcessError):
+            os.wait4(proc.pid, 0)
+        proc.returncode = -9
+        raise
     wall = time.monotonic() - spawned
-    with contextlib.suppress(ProcessLookupError):  # leftover grandchildren
-        os.killpg(proc.pid, signal.SIGKILL)
+    _kill_group(proc.pid)  # leftover grandchildren
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     sig = signal.Signals(-code).name if code < 0 else None
@@ -136,6 +148,11 @@ def launch(
         _tail(out_path),
         _tail(err_path),
     )
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
@@ -161,10 +178,11 @@ def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
 def classify(
     lau: Launch, result: dict[str, Any] | None, phase: str | None, cap_mb: int, extra: str | None
 ) -> dict[str, Any]:
-    """One outcome per cell: timeout > worker's own verdict > signal > bare exit code."""
+    """The outcome as the process evidence shows it: hang > the worker's own report > signal >
+    bare exit code. ``refine`` later turns ok into wrong-output or fallback."""
     if lau.timed_out:
         return {
-            "status": Status.TIMEOUT,
+            "status": Status.HANG,
             "phase": phase,
             "exit_code": lau.returncode,
             "signal": lau.signal,
@@ -173,7 +191,7 @@ def classify(
         }
     if result is not None and result.get("status") in ("ok", "error", "unavailable"):
         status = Status(result["status"])
-        msg = result.get("message") or ("completed" if status is Status.OK else status.value)
+        msg = str(result.get("message") or ("completed" if status is Status.OK else status))
         out: dict[str, Any] = {
             "status": status,
             "phase": result.get("phase"),
@@ -190,31 +208,63 @@ def classify(
                     str(result.get("evidence", {}).get("log_tail", "")),
                 ]
             ).lower()
-            if cap_mb and any(h in blob for h in _OOM_HINTS):
-                out["status"] = Status.OOM
-                out["message"] = f"out of memory under a {cap_mb} MB address-space cap: {msg}"
+            if any(h in blob for h in _OOM_HINTS):
+                out["error_kind"] = "out-of-memory"
         if status is Status.UNAVAILABLE and extra:
             out["fix"] = f"pip install 'rtmatrix[{extra}]'"
         return out
     stderr_last = lau.stderr_tail.strip().splitlines()[-1:] or [""]
+    detail = f": {stderr_last[0][:300]}" if stderr_last[0] else ""
     if lau.signal:
         oom = lau.signal == "SIGKILL" and cap_mb
         return {
-            "status": Status.OOM if oom else Status.CRASH,
+            "status": Status.OOM_KILLED if oom else Status.CRASH,
             "phase": phase,
             "exit_code": lau.returncode,
             "signal": lau.signal,
-            "message": f"worker killed by {lau.signal} during phase '{phase}'"
-            + (f": {stderr_last[0][:300]}" if stderr_last[0] else ""),
+            "message": f"worker killed by {lau.signal} during phase '{phase}'{detail}",
         }
+    what = "an unreadable result" if result is not None else "no result"
     return {
         "status": Status.CRASH,
         "phase": phase,
         "exit_code": lau.returncode,
         "signal": None,
-        "message": f"worker exited with code {lau.returncode} and no result during phase "
-        f"'{phase}': {stderr_last[0][:300]}",
+        "message": f"worker exited with code {lau.returncode} and {what} during phase "
+        f"'{phase}'{detail}",
     }
+
+
+def refine(
+    outcome: dict[str, Any], par: dict[str, Any], result: dict[str, Any] | None
+) -> dict[str, Any]:
+    """An ok run whose output is wrong, or that did not run where it was asked, is not ok."""
+    if outcome["status"] != Status.OK:
+        return outcome
+    reps = (result or {}).get("reps") or []
+    nonfinite = sum(r.get("nonfinite_steps", 0) for r in reps)
+    placement = ((result or {}).get("evidence") or {}).get("placement") or {}
+    if nonfinite:
+        return outcome | {
+            "status": Status.WRONG_OUTPUT,
+            "message": f"non-finite logits on {nonfinite} step(s)",
+        }
+    if par.get("status") == "measured" and not par.get("within_tolerance"):
+        where = par.get("first_divergence")
+        return outcome | {
+            "status": Status.WRONG_OUTPUT,
+            "message": f"parity broken: {par['tokens_agree']}/"
+            f"{par['tokens_compared']} tokens agree (first divergence "
+            f"at {where}), max|Δlogit| {par.get('max_abs_logit_err')}",
+        }
+    if placement.get("fallback"):
+        return outcome | {
+            "status": Status.FALLBACK,
+            "message": "ran, but not where asked: requested "
+            f"{placement.get('requested')}, used {placement.get('used')}"
+            + (f" ({placement['detail']})" if placement.get("detail") else ""),
+        }
+    return outcome
 
 
 @dataclass
@@ -265,7 +315,7 @@ def _metrics_for(
     m |= cell_metrics.cold_start(timeline, lau.spawned if lau else float("nan"))
     m |= cell_metrics.memory(
         lau.peak_tree_rss if lau else None,
-        ctx.matrix.run["sample_interval_s"],
+        cell.run["sample_interval_s"],
         lau.maxrss if lau else None,
     )
     m |= cell_metrics.throughput(reps)
@@ -282,7 +332,9 @@ def _parity(
     reps = (result or {}).get("reps") or []
     if not reps:
         return parity.unavailable("the cell produced no counted generation to compare")
-    ref = reference_for(fx.model, fx.dtype, cell.params["prompt_tokens"], cell.params["gen_tokens"])
+    ref = reference_for(
+        fx.model, fx.dtype, cell.params["prompt_tokens"], cell.params["gen_tokens"], fx.container
+    )
     logits_path = job_dir / "first_logits.npy"
     logits = np.load(logits_path) if logits_path.exists() else None
     out = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0]["tokens"], logits)
@@ -300,13 +352,24 @@ def _evidence(lau: Launch | None, result: dict[str, Any] | None) -> dict[str, An
     return ev
 
 
+def _read_result(job_dir: Path) -> dict[str, Any] | None:
+    path = job_dir / "result.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {"status": "unreadable"}
+    return data if isinstance(data, dict) else {"status": "unreadable"}
+
+
 def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     info = ctx.describe[cell.runtime]
-    run = ctx.matrix.run
     fx_dict: dict[str, Any] = {
         "name": cell.fixture.name,
         "dtype": cell.fixture.dtype,
         "model": cell.fixture.model,
+        "variant": cell.fixture.variant,
         "container": info.get("container"),
         "path": None,
         "sha256": None,
@@ -317,11 +380,11 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         "adapter": cell.adapter,
         "fixture": fx_dict,
         "params": dict(cell.params),
+        "expect": str(cell.fixture.expect),
     }
-    fx: PreparedFixture | None = None
     if "error" in info:
         outcome = {"status": Status.ERROR, "phase": "adapter", "message": info["error"]}
-        return base | _finish(ctx, cell, None, None, outcome, None, Path())
+        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
     try:
         fx = prepare_fixture(
             cell.fixture.name,
@@ -329,20 +392,19 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             cell.fixture.dtype,
             cell.fixture.path,
             str(info["container"]),
+            cell.fixture.variant,
         )
     except (FixtureError, ValueError, OSError) as exc:
-        outcome = {
-            "status": Status.UNAVAILABLE if "no exporter" in str(exc) else Status.ERROR,
-            "phase": "fixture",
-            "message": str(exc),
-        }
-        return base | _finish(ctx, cell, None, None, outcome, None, Path())
+        outcome = {"status": Status.ERROR, "phase": "fixture", "message": str(exc)}
+        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
     base["fixture"] = fx.to_dict()
+    run = cell.run
     with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
         job_dir = Path(tmp)
         job = {
             "adapter": cell.adapter,
             "model_path": str(fx.path),
+            "options": cell.options,
             "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
             "address_space_cap_mb": run["address_space_cap_mb"] or None,
         }
@@ -354,35 +416,41 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             run["sample_interval_s"],
             ctx.cwd,
         )
-        try:
-            result = json.loads((job_dir / "result.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            result = None
+        result = _read_result(job_dir)
         phase, marks = read_events(job_dir)
         outcome = classify(lau, result, phase, run["address_space_cap_mb"], info.get("extra"))
-        timeline = (result or {}).get("timeline") or marks
-        return base | _finish(ctx, cell, lau, result, outcome, fx, job_dir, timeline)
+        ok_result = result if result and result.get("status") == "ok" else None
+        timeline = (ok_result or {}).get("timeline") or marks
+        return base | _finish(cell, ctx, lau, result, outcome, fx, job_dir, timeline)
 
 
 def _finish(
-    ctx: RunContext,
     cell: Cell,
+    ctx: RunContext,
     lau: Launch | None,
     result: dict[str, Any] | None,
     outcome: dict[str, Any],
     fx: PreparedFixture | None,
     job_dir: Path,
-    timeline: dict[str, float] | None = None,
+    timeline: dict[str, float],
 ) -> dict[str, Any]:
+    if result and result.get("status") == "unreadable":
+        result = None
+    par = (
+        _parity(cell, fx, result, job_dir)
+        if outcome["status"] == Status.OK
+        else parity.unavailable(f"cell outcome is {outcome['status']}")
+    )
+    outcome = refine(outcome, par, result)
+    status = Status(outcome["status"])
     outcome = {k: (str(v) if isinstance(v, Status) else v) for k, v in outcome.items()}
     if result and result.get("runtime_version"):
         outcome["runtime_version"] = result["runtime_version"]
     return {
         "outcome": outcome,
-        "metrics": _metrics_for(ctx, cell, lau, result, timeline or {}),
-        "parity": _parity(cell, fx, result, job_dir)
-        if outcome["status"] == "ok"
-        else parity.unavailable(f"cell outcome is {outcome['status']}"),
+        "verdict": str(verdict(cell.fixture.expect, status, cell.fixture.verdicts)),
+        "metrics": _metrics_for(ctx, cell, lau, result, timeline),
+        "parity": par,
         "evidence": _evidence(lau, result),
         "wall_s": lau.wall_s if lau else 0.0,
     }
@@ -390,13 +458,13 @@ def _finish(
 
 def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str, Any]:
     now = datetime.now(UTC)
-    text = matrix.path.read_bytes() if matrix.path.is_file() else b""
     runtimes = {}
-    for name, target in matrix.runtimes:
-        info = describe[name]
+    for rt in matrix.runtimes:
+        info = describe[rt.name]
         dist = info.get("distribution")
         entry = {
-            "adapter": target,
+            "adapter": rt.adapter,
+            "options": rt.options,
             "distribution": dist,
             "version": package.version(dist) if dist else None,
             "extra": info.get("extra"),
@@ -404,7 +472,7 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
         }
         if "error" in info:
             entry["error"] = info["error"]
-        runtimes[name] = entry
+        runtimes[rt.name] = entry
     return {
         "schema_version": 1,
         "run_id": now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex(),
@@ -413,16 +481,21 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
         "status": "running",
         "matrix": {
             "path": str(matrix.path),
-            "sha256": hashlib.sha256(text).hexdigest(),
-            "n_cells": len(matrix.cells()),
+            "sha256": _sha256(matrix.path),
+            "n_cells": 0,
             "description": matrix.description,
             "run": matrix.run,
         },
         "machine": host.machine_info(),
         "project": host.project_info(),
         "runtimes": runtimes,
+        "skipped": [],
         "cells": [],
     }
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest()
 
 
 def _progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
@@ -437,8 +510,27 @@ def _progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
     else:
         figs = f"  {out['message'][:120]}"
-    head = f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']}"
+    head = f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']} {rec['verdict']}"
     return f"{head} ({rec['wall_s']:.1f} s){figs}"
+
+
+def plan_cells(
+    matrix: Matrix, describe: dict[str, dict[str, Any]], only: Callable[[Cell], bool] | None = None
+) -> tuple[list[Cell], list[dict[str, str]]]:
+    """The cells to run, and the combinations a runtime's format cannot express (skipped)."""
+    cells, skipped = [], []
+    for cell in matrix.cells():
+        if only is not None and not only(cell):
+            continue
+        container = describe[cell.runtime].get("container")
+        why = None
+        if container and cell.fixture.path is None:
+            why = unsupported(str(container), cell.fixture.dtype, cell.fixture.variant)
+        if why:
+            skipped.append({"key": cell.key, "reason": why})
+        else:
+            cells.append(cell)
+    return cells, skipped
 
 
 def run_matrix(
@@ -447,18 +539,35 @@ def run_matrix(
     progress: Progress = _stderr_progress,
     cwd: Path | None = None,
     only: Callable[[Cell], bool] | None = None,
+    resume: Path | None = None,
 ) -> Path:
-    """Run every cell, saving the record after each one; returns the result file's path."""
-    cells = [c for c in matrix.cells() if only is None or only(c)]
-    describe = {name: describe_adapter(target, cwd) for name, target in matrix.runtimes}
-    record = new_record(matrix, describe)
+    """Run every cell, saving the record after each one; returns the result file's path.
+    With ``resume``, continue that run: only the cells it does not hold yet are run."""
+    describe = {rt.name: describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
+    cells, skipped = plan_cells(matrix, describe, only)
+    if resume is not None:
+        record = load_run(resume)
+        path = resume
+        if record["matrix"]["sha256"] != _sha256(matrix.path):
+            progress(f"rtmatrix: note: {matrix.path} changed since {path} was started")
+        done = {c["key"] for c in record["cells"]}
+        todo = [c for c in cells if c.key not in done]
+        progress(f"rtmatrix: resuming {path}: {len(done)} cell(s) kept, {len(todo)} to run")
+        record["status"] = "running"
+    else:
+        record = new_record(matrix, describe)
+        path = results_dir / f"{record['run_id']}.json"
+        todo = cells
+        progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
+    record["skipped"] = skipped
     record["matrix"]["n_cells"] = len(cells)
-    path = results_dir / f"{record['run_id']}.json"
-    save_run(record, path)
+    for s in skipped:
+        progress(f"rtmatrix: skipped {s['key']}: {s['reason']}")
+    save_run(record, path, skip_cells=len(record["cells"]))
     ctx = RunContext(matrix, record, path, describe, progress, cwd)
-    progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
+    n0 = len(record["cells"])
     try:
-        for i, cell in enumerate(cells, 1):
+        for i, cell in enumerate(todo, n0 + 1):
             progress(
                 f"[{i}/{len(cells)}] {cell.runtime} x {cell.fixture.label} "
                 f"{cell.key.rsplit('|', 1)[-1]} ..."
@@ -471,9 +580,12 @@ def run_matrix(
         record["status"] = "interrupted"
         record["finished_utc"] = datetime.now(UTC).isoformat()
         save_run(record, path, skip_cells=len(record["cells"]))
-        progress(f"rtmatrix: interrupted; {len(record['cells'])} finished cell(s) kept in {path}")
+        progress(
+            f"rtmatrix: interrupted; {len(record['cells'])} finished cell(s) kept in {path}"
+            f"; finish with: rtmatrix run {matrix.path} --resume {path}"
+        )
         raise
     record["status"] = "complete"
     record["finished_utc"] = datetime.now(UTC).isoformat()
-    save_run(record, path)
+    save_run(record, path, skip_cells=len(record["cells"]))
     return path

@@ -61,6 +61,8 @@ def _run_repetition(
     adapter: Any, prompt: list[int], n_gen: int, banned: list[int]
 ) -> dict[str, Any]:
     """One generation: prefill the prompt, then greedy-decode; every runtime call is timed."""
+    import numpy as np
+
     from rtmatrix.fixtures.model import greedy_pick
 
     clock = time.perf_counter
@@ -70,6 +72,7 @@ def _run_repetition(
     t_pp = clock()
     logits = adapter.last_logits()
     first_logits = logits
+    nonfinite = 0 if np.isfinite(logits).all() else 1
     tokens = [greedy_pick(logits, banned)]
     t_first = clock()
     mono_first = time.monotonic()
@@ -80,7 +83,10 @@ def _run_repetition(
         d0 = clock()
         adapter.decode(tokens[-1])
         decode_s.append(clock() - d0)
-        tokens.append(greedy_pick(adapter.last_logits(), banned))
+        logits = adapter.last_logits()
+        if not np.isfinite(logits).all():
+            nonfinite += 1
+        tokens.append(greedy_pick(logits, banned))
         now = clock()
         step_s.append(now - t_prev)
         t_prev = now
@@ -92,12 +98,15 @@ def _run_repetition(
         "step_s": step_s,
         "tokens": tokens,
         "counters": adapter.counters(),
+        "nonfinite_steps": nonfinite,
         "first_logits": first_logits,
         "first_token_monotonic": mono_first,
     }
 
 
 def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, dict[str, Any]]:
+    import numpy as np
+
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
     from rtmatrix.fixtures.model import make_prompt
 
@@ -120,7 +129,8 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
         phase = "load"
         events.phase(phase)
         p = job["params"]
-        adapter.load(Path(job["model_path"]), LoadParams(n_ctx=p["n_ctx"], threads=p["threads"]))
+        params = LoadParams(n_ctx=p["n_ctx"], threads=p["threads"], options=job.get("options", {}))
+        adapter.load(Path(job["model_path"]), params)
         mark("loaded", time.monotonic())
         ids = adapter.special_ids
         result["vocab_size"] = adapter.vocab_size
@@ -136,8 +146,6 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
                 mark("first_token", rep["first_token_monotonic"])
             first_logits = rep.pop("first_logits")
             if counted and not result["reps"]:
-                import numpy as np
-
                 np.save(job_dir / "first_logits.npy", first_logits)
             result["reps" if counted else "warmup"].append(rep)
         phase = "evidence"

@@ -8,6 +8,7 @@ import gguf
 import numpy as np
 import pytest
 
+from rtmatrix.fixtures import build_fixture
 from rtmatrix.fixtures import gguf_export as ge
 from rtmatrix.fixtures.model import make_weights, tensor_shapes
 from rtmatrix.fixtures.spec import get_spec
@@ -16,7 +17,7 @@ from rtmatrix.fixtures.spec import get_spec
 @pytest.mark.parametrize("dtype", ge.DTYPES)
 def test_export_reads_back_with_ggufreader(tmp_path: Path, dtype: str) -> None:
     spec = get_spec("tiny")
-    art = ge.build_gguf(spec, dtype, root=tmp_path)
+    art = build_fixture(spec, "gguf", dtype, root=tmp_path)
     reader = gguf.GGUFReader(str(art.path))
     assert reader.fields["general.architecture"].contents() == "llama"
     assert reader.fields["llama.embedding_length"].contents() == spec.n_embd
@@ -41,10 +42,10 @@ def test_quantized_weights_differ_from_f32_but_stay_close() -> None:
 
 def test_unchanged_spec_is_a_cache_hit(tmp_path: Path) -> None:
     spec = get_spec("tiny")
-    first = ge.build_gguf(spec, "f32", root=tmp_path)
+    first = build_fixture(spec, "gguf", "f32", root=tmp_path)
     mtime = first.path.stat().st_mtime_ns
     t0 = time.perf_counter()
-    second = ge.build_gguf(spec, "f32", root=tmp_path)
+    second = build_fixture(spec, "gguf", "f32", root=tmp_path)
     assert time.perf_counter() - t0 < 1.0
     assert first.built and not second.built
     assert second.path == first.path and second.path.stat().st_mtime_ns == mtime
@@ -52,8 +53,8 @@ def test_unchanged_spec_is_a_cache_hit(tmp_path: Path) -> None:
 
 def test_changed_spec_rebuilds(tmp_path: Path) -> None:
     spec = get_spec("tiny")
-    a = ge.build_gguf(spec, "f32", root=tmp_path)
-    b = ge.build_gguf(dataclasses.replace(spec, seed=99), "f32", root=tmp_path)
+    a = build_fixture(spec, "gguf", "f32", root=tmp_path)
+    b = build_fixture(dataclasses.replace(spec, seed=99), "gguf", "f32", root=tmp_path)
     assert b.built and b.path != a.path and b.manifest["sha256"] != a.manifest["sha256"]
 
 

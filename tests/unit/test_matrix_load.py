@@ -96,4 +96,4 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_module_class_adapter_is_accepted() -> None:
     m = parse("[[runtimes]]\nname='mine'\nadapter='pkg.mod:Cls'\n[[fixtures]]\nmodel='tiny'\n")
-    assert m.runtimes == [("mine", "pkg.mod:Cls")]
+    assert [(r.name, r.adapter) for r in m.runtimes] == [("mine", "pkg.mod:Cls")]

@@ -86,14 +86,16 @@ def test_crashed_cell_keeps_what_was_measured(tmp_path: Path, repo: Path) -> Non
 def test_hang_is_killed_at_the_timeout(tmp_path: Path, repo: Path) -> None:
     rec = run(tmp_path, repo, matrix_text("HangAdapter", run="timeout_s = 3"))
     out = rec["cells"][0]["outcome"]
-    assert out["status"] == "timeout" and out["phase"] == "load"
+    assert out["status"] == "hang" and out["phase"] == "load"
+    assert rec["cells"][0]["verdict"] == "FAIL"
     assert 3 <= rec["cells"][0]["wall_s"] < 10
 
 
-def test_memory_cap_gives_oom(tmp_path: Path, repo: Path) -> None:
+def test_memory_cap_gives_a_clean_out_of_memory_error(tmp_path: Path, repo: Path) -> None:
     rec = run(tmp_path, repo, matrix_text("HogAdapter", run="address_space_cap_mb = 1024"))
     out = rec["cells"][0]["outcome"]
-    assert out["status"] == "oom" and "1024 MB" in out["message"]
+    assert out["status"] == "error" and out["error_kind"] == "out-of-memory"
+    assert "Unable to allocate" in out["message"]
 
 
 def test_metrics_all_carry_a_source(tmp_path: Path, repo: Path) -> None:
@@ -189,11 +191,11 @@ def test_classify_order() -> None:
             0,
             None,
         )["status"]
-        == "timeout"
+        == "hang"
     )
     assert (
         classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512, None)["status"]
-        == "oom"
+        == "oom-killed"
     )
     assert (
         classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0, None)["status"]
@@ -203,8 +205,8 @@ def test_classify_order() -> None:
         "message"
     ].endswith("boom")
     err = {"status": "error", "message": "std::bad_alloc", "phase": "load"}
-    assert classify(_launch(returncode=3), err, "load", 300, None)["status"] == "oom"
-    assert classify(_launch(returncode=3), err, "load", 0, None)["status"] == "error"
+    clean = classify(_launch(returncode=3), err, "load", 300, None)
+    assert clean["status"] == "error" and clean["error_kind"] == "out-of-memory"
 
 
 def test_launch_samples_memory_and_reads_maxrss(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import difflib
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +40,8 @@ class LoadParams:
     n_ctx: int
     threads: int
     n_batch: int = 512
+    #: the matrix's ``[[runtimes]] options`` table, passed through untouched (e.g. providers)
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 class Adapter(ABC):
@@ -97,7 +99,12 @@ class Adapter(ABC):
 
     @abstractmethod
     def evidence(self) -> dict[str, Any]:
-        """Debug facilities and placement evidence: system info, devices, log excerpts."""
+        """Debug facilities and placement evidence: system info, devices, log excerpts.
+
+        A ``"placement"`` entry ``{"requested": [...], "used": [...], "fallback": bool, ...}``
+        tells the runner where the work ran; ``fallback: true`` makes the cell's outcome
+        ``fallback`` (it ran, but not where it was asked to). ``"debug_facilities"`` lists what
+        this runtime version offers for debugging (probed, not hard-coded)."""
 
     @abstractmethod
     def close(self) -> None:

@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
-from rtmatrix.matrix.load import Cell, FixtureEntry, Matrix, MatrixError, load_matrix, parse_matrix
+from rtmatrix.matrix.load import (
+    Cell,
+    FixtureEntry,
+    Matrix,
+    MatrixError,
+    RuntimeEntry,
+    load_matrix,
+    parse_matrix,
+)
 
-__all__ = ["Cell", "FixtureEntry", "Matrix", "MatrixError", "load_matrix", "parse_matrix"]
+__all__ = [
+    "Cell",
+    "FixtureEntry",
+    "Matrix",
+    "MatrixError",
+    "RuntimeEntry",
+    "load_matrix",
+    "parse_matrix",
+]

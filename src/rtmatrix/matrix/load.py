@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from rtmatrix.adapters.base import AdapterError, resolve_adapter
-from rtmatrix.fixtures.gguf_export import DTYPES
+from rtmatrix.fixtures import all_dtypes
 from rtmatrix.fixtures.spec import builtin_specs
+from rtmatrix.fixtures.variants import VARIANTS
+from rtmatrix.outcome import Expect, Status, Verdict
 
 RUN_DEFAULTS: dict[str, Any] = {
     "repetitions": 5,
@@ -29,9 +31,10 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "prompt_tokens": 128,
     "gen_tokens": 64,
 }
+FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures")
-RUNTIME_KEYS = ("name", "adapter")
-FIXTURE_KEYS = ("model", "dtypes", "name", "path")
+RUNTIME_KEYS = ("name", "adapter", "options")
+FIXTURE_KEYS = ("model", "dtypes", "name", "path", "variant", "expect", "params", "run", "verdicts")
 
 
 class MatrixError(ValueError):
@@ -39,13 +42,25 @@ class MatrixError(ValueError):
 
 
 @dataclass(frozen=True)
+class RuntimeEntry:
+    name: str
+    adapter: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class FixtureEntry:
-    """A canonical model in one dtype, or a user's own model file (no reference then)."""
+    """A canonical model (optionally a variant) in one dtype, or a user's own model file."""
 
     name: str
     dtype: str | None
     model: str | None = None
     path: Path | None = None
+    variant: str | None = None
+    expect: Expect = Expect.OK
+    params: dict[str, list[int | str]] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -58,6 +73,8 @@ class Cell:
     adapter: str
     fixture: FixtureEntry
     params: dict[str, int]
+    run: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -66,28 +83,35 @@ class Cell:
         return f"{self.runtime}|{self.fixture.label}|{tag}"
 
 
+def _combos(params: dict[str, list[int | str]]) -> list[dict[str, int]]:
+    names = list(params)
+    out = []
+    for vals in itertools.product(*(params[n] for n in names)):
+        combo: dict[str, Any] = dict(zip(names, vals, strict=True))
+        if combo["prompt_tokens"] == FILL:
+            combo["prompt_tokens"] = combo["n_ctx"] - combo["gen_tokens"]
+        out.append(combo)
+    return out
+
+
 @dataclass(frozen=True)
 class Matrix:
     path: Path
     run: dict[str, Any]
-    params: dict[str, list[int]]
-    runtimes: list[tuple[str, str]]
+    params: dict[str, list[int | str]]
+    runtimes: list[RuntimeEntry]
     fixtures: list[FixtureEntry]
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
     def cells(self) -> list[Cell]:
-        names = list(self.params)
-        combos = [
-            dict(zip(names, vals, strict=True))
-            for vals in itertools.product(*(self.params[n] for n in names))
-        ]
-        return [
-            Cell(rt, target, fx, combo)
-            for rt, target in self.runtimes
-            for fx in self.fixtures
-            for combo in combos
-        ]
+        cells = []
+        for rt in self.runtimes:
+            for fx in self.fixtures:
+                run = self.run | fx.run
+                for combo in _combos(self.params | fx.params):
+                    cells.append(Cell(rt.name, rt.adapter, fx, combo, run, rt.options))
+        return cells
 
 
 class _Ctx:
@@ -102,6 +126,11 @@ class _Ctx:
         if unknown:
             raise self.fail(key, f"unknown key(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
 
+    def table(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(key, f"expected a table, got {value!r}")
+        return value
+
 
 def _positive_int(ctx: _Ctx, key: str, value: Any, allow_zero: bool = False) -> int:
     low = 0 if allow_zero else 1
@@ -112,34 +141,47 @@ def _positive_int(ctx: _Ctx, key: str, value: Any, allow_zero: bool = False) -> 
     return int(value)
 
 
-def _run_table(ctx: _Ctx, table: dict[str, Any]) -> dict[str, Any]:
-    ctx.check_keys(table, "run", tuple(RUN_DEFAULTS))
-    run = RUN_DEFAULTS | table
+def _run_table(
+    ctx: _Ctx, table: dict[str, Any], where: str = "run", defaults: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    ctx.check_keys(table, where, tuple(RUN_DEFAULTS))
+    run = (RUN_DEFAULTS if defaults is None else defaults) | table
     for key in ("repetitions",):
-        _positive_int(ctx, f"run.{key}", run[key])
+        if key in run:
+            _positive_int(ctx, f"{where}.{key}", run[key])
     for key in ("warmup", "address_space_cap_mb"):
-        _positive_int(ctx, f"run.{key}", run[key], allow_zero=True)
+        if key in run:
+            _positive_int(ctx, f"{where}.{key}", run[key], allow_zero=True)
     for key in ("timeout_s", "sample_interval_s"):
+        if key not in run:
+            continue
         val = run[key]
         if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
-            raise ctx.fail(f"run.{key}", f"expected a positive number of seconds, got {val!r}")
+            raise ctx.fail(f"{where}.{key}", f"expected a positive number of seconds, got {val!r}")
         run[key] = float(val)
     return run
 
 
-def _params_table(ctx: _Ctx, table: dict[str, Any]) -> dict[str, list[int]]:
-    ctx.check_keys(table, "params", tuple(PARAM_DEFAULTS))
-    out: dict[str, list[int]] = {}
-    for key, default in PARAM_DEFAULTS.items():
+def _params_table(
+    ctx: _Ctx, table: dict[str, Any], where: str = "params", defaults: dict[str, Any] | None = None
+) -> dict[str, list[int | str]]:
+    ctx.check_keys(table, where, tuple(PARAM_DEFAULTS))
+    out: dict[str, list[int | str]] = {}
+    for key, default in (PARAM_DEFAULTS if defaults is None else defaults).items():
+        if key not in table and defaults is not None:
+            continue
         val = table.get(key, default)
         vals = val if isinstance(val, list) else [val]
         if not vals:
-            raise ctx.fail(f"params.{key}", "an empty list gives no cells")
-        out[key] = [_positive_int(ctx, f"params.{key}", v) for v in vals]
+            raise ctx.fail(f"{where}.{key}", "an empty list gives no cells")
+        out[key] = [
+            v if (key == "prompt_tokens" and v == FILL) else _positive_int(ctx, f"{where}.{key}", v)
+            for v in vals
+        ]
     return out
 
 
-def _runtimes(ctx: _Ctx, entries: Any) -> list[tuple[str, str]]:
+def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
     if not isinstance(entries, list) or not entries:
         raise ctx.fail("runtimes", "expected at least one [[runtimes]] table")
     out = []
@@ -148,15 +190,43 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[tuple[str, str]]:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise ctx.fail(where, 'each [[runtimes]] needs name = "<runtime>"')
         ctx.check_keys(entry, where, RUNTIME_KEYS)
+        adapter = entry.get("adapter", entry["name"])
+        if not isinstance(adapter, str):
+            raise ctx.fail(f"{where}.adapter", f"expected 'module:Class', got {adapter!r}")
         try:
-            adapter = entry.get("adapter", entry["name"])
-            if not isinstance(adapter, str):
-                raise ctx.fail(f"{where}.adapter", f"expected 'module:Class', got {adapter!r}")
             target = resolve_adapter(adapter)
         except AdapterError as exc:
             raise ctx.fail(f"{where}.name", str(exc)) from None
-        out.append((entry["name"], target))
+        options = ctx.table(entry.get("options", {}), f"{where}.options")
+        out.append(RuntimeEntry(entry["name"], target, options))
+    names = [r.name for r in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ctx.fail("runtimes", f"runtime name(s) listed twice: {', '.join(dupes)}")
     return out
+
+
+def _expectations(
+    ctx: _Ctx, where: str, entry: dict[str, Any], variant: str | None
+) -> tuple[Expect, dict[str, str]]:
+    default = VARIANTS[variant].expect if variant else Expect.OK
+    expect = entry.get("expect", str(default))
+    if expect not in {e.value for e in Expect}:
+        raise ctx.fail(f"{where}.expect", f"expected one of ok, error; got {expect!r}")
+    verdicts = ctx.table(entry.get("verdicts", {}), f"{where}.verdicts")
+    statuses, verdict_names = {s.value for s in Status}, {v.value for v in Verdict}
+    for k, v in verdicts.items():
+        if k not in statuses:
+            raise ctx.fail(
+                f"{where}.verdicts",
+                f"unknown outcome {k!r}; valid: " + ", ".join(s.value for s in Status),
+            )
+        if v not in verdict_names:
+            raise ctx.fail(
+                f"{where}.verdicts.{k}",
+                f"unknown verdict {v!r}; valid: " + ", ".join(v.value for v in Verdict),
+            )
+    return Expect(expect), verdicts
 
 
 def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
@@ -164,31 +234,52 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     if not isinstance(entry, dict):
         raise ctx.fail(where, "expected a [[fixtures]] table")
     ctx.check_keys(entry, where, FIXTURE_KEYS)
+    variant = entry.get("variant")
+    if variant is not None and variant not in VARIANTS:
+        raise ctx.fail(
+            f"{where}.variant", f"unknown variant {variant!r}; valid: {', '.join(VARIANTS)}"
+        )
+    expect, verdicts = _expectations(ctx, where, entry, variant)
+    extra: dict[str, Any] = {
+        "variant": variant,
+        "expect": expect,
+        "verdicts": verdicts,
+        "params": _params_table(
+            ctx,
+            ctx.table(entry.get("params", {}), f"{where}.params"),
+            f"{where}.params",
+            defaults=PARAM_DEFAULTS,
+        ),
+        "run": _run_table(
+            ctx, ctx.table(entry.get("run", {}), f"{where}.run"), f"{where}.run", defaults={}
+        ),
+    }
     if "path" in entry:
         name = entry.get("name")
         if not isinstance(name, str) or not isinstance(entry["path"], str):
             raise ctx.fail(where, 'a model file fixture needs name = "..." and path = "..."')
-        if "model" in entry or "dtypes" in entry:
-            raise ctx.fail(where, "give either model (+ dtypes) or name + path, not both")
+        if "model" in entry or "dtypes" in entry or variant:
+            raise ctx.fail(where, "give either model (+ dtypes, variant) or name + path, not both")
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else base / path
-        return [FixtureEntry(name=name, dtype=None, path=path)]
+        return [FixtureEntry(name=name, dtype=None, path=path, **extra)]
     specs = builtin_specs()
     model = entry.get("model")
     if model not in specs:
         raise ctx.fail(
             f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(sorted(specs))}"
         )
+    valid = all_dtypes()
     dtypes = entry.get("dtypes", ["f32"])
     if not isinstance(dtypes, list) or not dtypes:
-        raise ctx.fail(f"{where}.dtypes", f"expected a non-empty list; valid: {', '.join(DTYPES)}")
-    bad = [d for d in dtypes if d not in DTYPES]
+        raise ctx.fail(f"{where}.dtypes", f"expected a non-empty list; valid: {', '.join(valid)}")
+    bad = [d for d in dtypes if d not in valid]
     if bad:
-        raise ctx.fail(f"{where}.dtypes", f"unknown dtype(s) {bad}; valid: {', '.join(DTYPES)}")
-    name = entry.get("name", model)
+        raise ctx.fail(f"{where}.dtypes", f"unknown dtype(s) {bad}; valid: {', '.join(valid)}")
+    name = entry.get("name", model if not variant else f"{model}-{variant}")
     if not isinstance(name, str):
         raise ctx.fail(f"{where}.name", f"expected a string, got {name!r}")
-    return [FixtureEntry(name=name, dtype=d, model=model) for d in dtypes]
+    return [FixtureEntry(name=name, dtype=d, model=model, **extra) for d in dtypes]
 
 
 def parse_matrix(text: str, path: Path) -> Matrix:
@@ -205,11 +296,13 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     labels = [f.label for f in fixtures]
     dupes = sorted({lbl for lbl in labels if labels.count(lbl) > 1})
     if dupes:
-        raise ctx.fail("fixtures", f"fixture(s) listed twice: {', '.join(dupes)}")
+        raise ctx.fail(
+            "fixtures", f"fixture(s) listed twice: {', '.join(dupes)}; give each a distinct name"
+        )
     return Matrix(
         path=path,
-        run=_run_table(ctx, raw.get("run", {})),
-        params=_params_table(ctx, raw.get("params", {})),
+        run=_run_table(ctx, ctx.table(raw.get("run", {}), "run")),
+        params=_params_table(ctx, ctx.table(raw.get("params", {}), "params")),
         runtimes=_runtimes(ctx, raw.get("runtimes")),
         fixtures=fixtures,
         description=str(raw.get("description", "")),
