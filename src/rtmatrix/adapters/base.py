@@ -24,6 +24,9 @@ ENTRY_POINT_GROUP = "rtmatrix.adapters"
 
 BUILTIN_ADAPTERS: dict[str, str] = {
     "llama_cpp": "rtmatrix.adapters.llama_cpp:LlamaCppAdapter",
+    "onnxruntime": "rtmatrix.adapters.onnxruntime:OrtAdapter",
+    "onnxruntime_genai": "rtmatrix.adapters.onnxruntime_genai:OrtGenaiAdapter",
+    "tvm": "rtmatrix.adapters.tvm:TvmAdapter",
 }
 
 
