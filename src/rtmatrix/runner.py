@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from rtmatrix import memcap
 from rtmatrix.fixtures import (
     FixtureError,
     PreparedFixture,
@@ -176,7 +177,12 @@ def read_events(job_dir: Path) -> tuple[str | None, dict[str, float]]:
 
 
 def classify(
-    lau: Launch, result: dict[str, Any] | None, phase: str | None, cap_mb: int, extra: str | None
+    lau: Launch,
+    result: dict[str, Any] | None,
+    phase: str | None,
+    cap_mb: int,
+    extra: str | None,
+    cgroup_oom: bool = False,
 ) -> dict[str, Any]:
     """The outcome as the process evidence shows it: hang > the worker's own report > signal >
     bare exit code. ``refine`` later turns ok into wrong-output or fallback."""
@@ -216,13 +222,14 @@ def classify(
     stderr_last = lau.stderr_tail.strip().splitlines()[-1:] or [""]
     detail = f": {stderr_last[0][:300]}" if stderr_last[0] else ""
     if lau.signal:
-        oom = lau.signal == "SIGKILL" and cap_mb
+        oom = lau.signal == "SIGKILL" and (cap_mb or cgroup_oom)
+        why = " (the kernel OOM killer, memory cgroup limit)" if cgroup_oom else ""
         return {
             "status": Status.OOM_KILLED if oom else Status.CRASH,
             "phase": phase,
             "exit_code": lau.returncode,
             "signal": lau.signal,
-            "message": f"worker killed by {lau.signal} during phase '{phase}'{detail}",
+            "message": f"worker killed by {lau.signal}{why} during phase '{phase}'{detail}",
         }
     what = "an unreadable result" if result is not None else "no result"
     return {
@@ -398,30 +405,60 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         outcome = {"status": Status.ERROR, "phase": "fixture", "message": str(exc)}
         return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
     base["fixture"] = fx.to_dict()
+    cgroup = None
+    if cell.run["memory_cgroup_mb"]:
+        try:
+            name = f"rtmatrix-{os.getpid()}-{len(ctx.record['cells'])}"
+            cgroup = memcap.create(cell.run["memory_cgroup_mb"] * 2**20, name)
+        except memcap.CgroupUnavailable as exc:
+            outcome = {"status": Status.UNAVAILABLE, "phase": "memory-cgroup", "message": str(exc)}
+            return base | _finish(cell, ctx, None, None, outcome, fx, Path(), {})
+    try:
+        with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
+            return base | _run_worker(ctx, cell, fx, Path(tmp), cgroup)
+    finally:
+        if cgroup:
+            cgroup.remove()
+
+
+def _run_worker(
+    ctx: RunContext,
+    cell: Cell,
+    fx: PreparedFixture,
+    job_dir: Path,
+    cgroup: memcap.MemoryCgroup | None,
+) -> dict[str, Any]:
     run = cell.run
-    with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
-        job_dir = Path(tmp)
-        job = {
-            "adapter": cell.adapter,
-            "model_path": str(fx.path),
-            "options": cell.options,
-            "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
-            "address_space_cap_mb": run["address_space_cap_mb"] or None,
+    job = {
+        "adapter": cell.adapter,
+        "model_path": str(fx.path),
+        "options": cell.options,
+        "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
+        "address_space_cap_mb": run["address_space_cap_mb"] or None,
+        "cgroup_procs": str(cgroup.procs) if cgroup else None,
+    }
+    (job_dir / "job.json").write_text(json.dumps(job), "utf-8")
+    kills_before = (cgroup.oom_kills() or 0) if cgroup else 0
+    lau = launch(
+        [str(job_dir / "job.json")], job_dir, run["timeout_s"], run["sample_interval_s"], ctx.cwd
+    )
+    result = _read_result(job_dir)
+    phase, marks = read_events(job_dir)
+    cg_oom = bool(cgroup and (cgroup.oom_kills() or 0) > kills_before)
+    extra = ctx.describe[cell.runtime].get("extra")
+    outcome = classify(lau, result, phase, run["address_space_cap_mb"], extra, cg_oom)
+    ok_result = result if result and result.get("status") == "ok" else None
+    timeline = (ok_result or {}).get("timeline") or marks
+    rec = _finish(cell, ctx, lau, result, outcome, fx, job_dir, timeline)
+    if cgroup:
+        rec["evidence"]["memory_cgroup"] = {
+            "version": cgroup.version,
+            "path": str(cgroup.path),
+            "limit_bytes": cgroup.limit_bytes,
+            "oom_kills": cgroup.oom_kills(),
+            "peak_bytes": cgroup.peak_bytes(),
         }
-        (job_dir / "job.json").write_text(json.dumps(job), "utf-8")
-        lau = launch(
-            [str(job_dir / "job.json")],
-            job_dir,
-            run["timeout_s"],
-            run["sample_interval_s"],
-            ctx.cwd,
-        )
-        result = _read_result(job_dir)
-        phase, marks = read_events(job_dir)
-        outcome = classify(lau, result, phase, run["address_space_cap_mb"], info.get("extra"))
-        ok_result = result if result and result.get("status") == "ok" else None
-        timeline = (ok_result or {}).get("timeline") or marks
-        return base | _finish(cell, ctx, lau, result, outcome, fx, job_dir, timeline)
+    return rec
 
 
 def _finish(

@@ -204,6 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"rtmatrix.worker: cannot read job file {job_path}: {exc}", file=sys.stderr)
         return EXIT_BAD_JOB
+    if job.get("cgroup_procs"):
+        from rtmatrix.memcap import join
+
+        join(job["cgroup_procs"])  # before anything big is allocated
     _cap_address_space(job.get("address_space_cap_mb"))
     events = Events(job_path.parent / "events.jsonl")
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,3 +139,41 @@ class HogAdapter(NumpyAdapter):
 
     def load(self, model_path: Path, params: LoadParams) -> None:
         self.block = np.ones(8 * 2**30 // 8)  # 8 GiB
+
+
+class GarbageResultAdapter(NumpyAdapter):
+    """Overwrites the worker's result file with garbage and exits 0 (a broken worker)."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        job = Path(sys.argv[1])
+        (job.parent / "result.json").write_bytes(b"\x00not json{{{")
+        os._exit(0)
+
+
+class FloodAdapter(NumpyAdapter):
+    """Writes ~20 MB to stdout and stderr before loading normally."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        line = "flood " * 170 + "\n"
+        for _ in range(20_000):
+            sys.stdout.write(line)
+            sys.stderr.write(line)
+        sys.stdout.write("LAST-STDOUT-LINE\n")
+        sys.stdout.flush()
+        super().load(model_path, params)
+
+
+class GreedyAdapter(NumpyAdapter):
+    """Touches memory until something stops it (a memory cgroup's OOM killer)."""
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        self.blocks = []
+        for _ in range(64):  # up to 16 GiB in 256 MiB blocks
+            self.blocks.append(np.ones(256 * 2**20 // 8))
+
+
+class NaNAdapter(NumpyAdapter):
+    """Runs, but returns non-finite logits (what NaN weights do in many runtimes)."""
+
+    def last_logits(self) -> NDArray[np.float32]:
+        return np.full_like(super().last_logits(), np.nan)

@@ -216,3 +216,122 @@ def test_launch_samples_memory_and_reads_maxrss(tmp_path: Path) -> None:
     assert lau.returncode == 2 and "cannot read job file" in lau.stderr_tail
     assert lau.maxrss and lau.maxrss > 1_000_000
     assert not json.loads("[]")
+
+
+def test_garbage_result_and_output_flood_are_recorded(tmp_path: Path, repo: Path) -> None:
+    rec = run(tmp_path, repo, matrix_text("GarbageResultAdapter", "FloodAdapter"))
+    cells = by_runtime(rec)
+    garbage = cells["garbageresultadapter"]["outcome"]
+    assert garbage["status"] == "crash" and "unreadable result" in garbage["message"]
+    flood = cells["floodadapter"]
+    assert flood["outcome"]["status"] == "ok"
+    assert flood["evidence"]["stdout_tail"].endswith("LAST-STDOUT-LINE\n")
+    assert len(flood["evidence"]["stdout_tail"]) <= 4000
+
+
+def test_non_finite_logits_are_wrong_output(tmp_path: Path, repo: Path) -> None:
+    rec = run(tmp_path, repo, matrix_text("NaNAdapter"))
+    cell = rec["cells"][0]
+    assert cell["outcome"]["status"] == "wrong-output"
+    assert "non-finite logits" in cell["outcome"]["message"]
+    assert cell["verdict"] == "FAIL"
+
+
+def test_expectation_and_verdict_overrides(tmp_path: Path, repo: Path) -> None:
+    fixtures = (
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'bad'\nexpect = 'error'\n"
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'lenient'\nexpect = 'error'\n"
+        "verdicts = {crash = 'PASS'}\n"
+    )
+    rec = run(tmp_path, repo, matrix_text("SegfaultAdapter", "RaisingAdapter", fixtures=fixtures))
+    v = {(c["runtime"], c["fixture"]["name"]): c["verdict"] for c in rec["cells"]}
+    assert v[("segfaultadapter", "bad")] == "WARN"  # visible, but kills the process
+    assert v[("segfaultadapter", "lenient")] == "PASS"  # the matrix's own rule
+    assert v[("raisingadapter", "bad")] == "PASS"  # a clean error was expected
+
+
+def test_memory_cgroup_oom_kill(tmp_path: Path, repo: Path) -> None:
+    from rtmatrix import memcap
+
+    try:
+        memcap.create(2**20, "rtmatrix-probe").remove()
+    except memcap.CgroupUnavailable as exc:
+        rec = run(tmp_path, repo, matrix_text("GreedyAdapter", run="memory_cgroup_mb = 300"))
+        out = rec["cells"][0]["outcome"]
+        assert out["status"] == "unavailable" and "cannot create a memory cgroup" in out["message"]
+        pytest.skip(f"this machine gives no memory cgroup: {exc}")
+    rec = run(tmp_path, repo, matrix_text("GreedyAdapter", run="memory_cgroup_mb = 300"))
+    cell = rec["cells"][0]
+    assert cell["outcome"]["status"] == "oom-killed", cell["outcome"]
+    assert cell["outcome"]["signal"] == "SIGKILL"
+    assert cell["evidence"]["memory_cgroup"]["oom_kills"] >= 1
+    assert not Path(cell["evidence"]["memory_cgroup"]["path"]).exists()  # cleaned up
+
+
+def test_ctrl_c_keeps_finished_cells_kills_the_worker_and_resume_finishes(
+    tmp_path: Path, repo: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    text = matrix_text("NumpyAdapter", "HangAdapter", run="timeout_s = 60")
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(text)
+    results = tmp_path / "results"
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    cmd = [
+        sys.executable,
+        "-m",
+        "rtmatrix",
+        "run",
+        str(matrix),
+        "--results",
+        str(results),
+        "--no-report",
+    ]
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    workers: list[psutil.Process] = []
+    while time.monotonic() < deadline and not workers:
+        time.sleep(0.2)
+        workers = [
+            p
+            for p in psutil.Process(proc.pid).children(recursive=True)
+            if "HangAdapter" in " ".join(_job_adapter(p))
+        ]
+    assert workers, "the hanging worker never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    assert not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers)
+    (path,) = results.glob("*.json")
+    rec = load_run(path)
+    assert rec["status"] == "interrupted" and len(rec["cells"]) == 1
+    matrix.write_text(text.replace("timeout_s = 60", "timeout_s = 2"))
+    done = subprocess.run(
+        [*cmd, "--resume", str(path)],
+        cwd=repo,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rec = load_run(path)
+    assert rec["status"] == "complete" and len(rec["cells"]) == 2
+    assert [c["outcome"]["status"] for c in rec["cells"]] == ["ok", "hang"]
+
+
+def _job_adapter(p: Any) -> list[str]:
+    try:
+        job = Path(p.cmdline()[-1])
+        return [json.loads(job.read_text())["adapter"]] if job.name == "job.json" else []
+    except Exception:
+        return []

@@ -23,6 +23,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     "warmup": 1,
     "timeout_s": 600.0,
     "address_space_cap_mb": 0,
+    "memory_cgroup_mb": 0,
     "sample_interval_s": 0.02,
 }
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -149,7 +150,7 @@ def _run_table(
     for key in ("repetitions",):
         if key in run:
             _positive_int(ctx, f"{where}.{key}", run[key])
-    for key in ("warmup", "address_space_cap_mb"):
+    for key in ("warmup", "address_space_cap_mb", "memory_cgroup_mb"):
         if key in run:
             _positive_int(ctx, f"{where}.{key}", run[key], allow_zero=True)
     for key in ("timeout_s", "sample_interval_s"):
