@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -67,6 +68,7 @@ class Launch:
     maxrss: int | None
     stdout_tail: str
     stderr_tail: str
+    maxrss_method: str = "ru_maxrss of the reaped worker (wait4)"
 
 
 def _tree_rss(proc: psutil.Process) -> int:
@@ -76,6 +78,35 @@ def _tree_rss(proc: psutil.Process) -> int:
             with contextlib.suppress(psutil.Error):
                 total += p.memory_info().rss
     return total
+
+
+def _vm_hwm(pid: int) -> int:
+    """The kernel's peak-RSS mark of a live process (VmHWM), 0 if unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def os_peak(ru_maxrss: int | None, parent_peak: int, hwm: int) -> tuple[int | None, str]:
+    """The worker's peak RSS as the OS accounts it.
+
+    Linux carries the parent's high-water mark across fork + exec, so a child's ``ru_maxrss``
+    that does not exceed the parent's own peak at spawn time may be the parent's figure, not
+    the worker's; then the worker's own VmHWM (last sample before it exited) is used instead.
+    """
+    if ru_maxrss and ru_maxrss > parent_peak:
+        return ru_maxrss, "ru_maxrss of the reaped worker (wait4)"
+    if hwm:
+        return hwm, (
+            "VmHWM of the worker, last sample before exit (its ru_maxrss "
+            f"{ru_maxrss} did not exceed the parent's own peak {parent_peak}, which Linux "
+            "carries across fork+exec)"
+        )
+    return None, "no usable OS peak: ru_maxrss inherited from the parent, no VmHWM sample"
 
 
 def _tail(path: Path) -> str:
@@ -101,6 +132,7 @@ def launch(
     kill the whole group at the deadline (or when the parent is interrupted); reap with wait4
     for the OS's own peak RSS."""
     out_path, err_path = job_dir / "stdout.txt", job_dir / "stderr.txt"
+    parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with out_path.open("wb") as out, err_path.open("wb") as err:
         spawned = time.monotonic()
         proc = subprocess.Popen(
@@ -112,7 +144,7 @@ def launch(
             env=worker_env(),
             start_new_session=True,
         )
-    peak, timed_out, status, usage = 0, False, 0, None
+    peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
     deadline = spawned + timeout_s
     try:
         ps = psutil.Process(proc.pid)
@@ -121,6 +153,7 @@ def launch(
             if pid:
                 break
             peak = max(peak, _tree_rss(ps))
+            hwm = max(hwm, _vm_hwm(proc.pid))
             if time.monotonic() > deadline:
                 timed_out = True
                 _kill_group(proc.pid)
@@ -138,6 +171,8 @@ def launch(
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     sig = signal.Signals(-code).name if code < 0 else None
+    ru = usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None
+    maxrss, method = os_peak(ru, parent_peak, hwm)
     return Launch(
         code,
         sig,
@@ -145,9 +180,10 @@ def launch(
         wall,
         spawned,
         peak or None,
-        usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None,
+        maxrss,
         _tail(out_path),
         _tail(err_path),
+        method,
     )
 
 
@@ -324,6 +360,7 @@ def _metrics_for(
         lau.peak_tree_rss if lau else None,
         cell.run["sample_interval_s"],
         lau.maxrss if lau else None,
+        lau.maxrss_method if lau else "the worker never started",
     )
     m |= cell_metrics.throughput(reps)
     m |= cell_metrics.latency(reps)

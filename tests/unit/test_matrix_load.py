@@ -97,3 +97,36 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_module_class_adapter_is_accepted() -> None:
     m = parse("[[runtimes]]\nname='mine'\nadapter='pkg.mod:Cls'\n[[fixtures]]\nmodel='tiny'\n")
     assert [(r.name, r.adapter) for r in m.runtimes] == [("mine", "pkg.mod:Cls")]
+
+
+def test_fixture_overrides_expectations_and_fill() -> None:
+    m = parse(
+        "[params]\nn_ctx = 256\ngen_tokens = 16\n"
+        "[[runtimes]]\nname='llama_cpp'\noptions = {a = 1, b = 2}\n"
+        "[[fixtures]]\nmodel='tiny'\nname='full'\nparams={prompt_tokens='fill'}\n"
+        "run={repetitions=1}\noptions={b = 3}\n"
+        "[[fixtures]]\nmodel='tiny'\nvariant='truncated'\n"
+        "[[fixtures]]\nmodel='tiny'\nvariant='nan-weights'\nexpect='ok'\nverdicts={ok='WARN'}\n"
+    )
+    full, trunc, nan = m.cells()
+    assert full.params["prompt_tokens"] == 256 - 16 and full.run["repetitions"] == 1
+    assert full.options == {"a": 1, "b": 3}
+    assert trunc.fixture.name == "tiny-truncated" and trunc.fixture.expect == "error"
+    assert trunc.run["repetitions"] == 5  # the matrix default
+    assert nan.fixture.expect == "ok" and nan.fixture.verdicts == {"ok": "WARN"}
+
+
+@pytest.mark.parametrize(
+    ("fixture", "pattern"),
+    [
+        ("variant='rotten'", r"unknown variant 'rotten'; valid: nan-weights"),
+        ("expect='maybe'", r"expect: expected one of ok, error"),
+        ("verdicts={fine='PASS'}", r"verdicts: unknown outcome 'fine'"),
+        ("verdicts={ok='GREAT'}", r"verdicts.ok: unknown verdict 'GREAT'"),
+        ("params={threads=0}", r"fixtures\[0\].params.threads: expected an integer >= 1"),
+        ("run={retries=2}", r"fixtures\[0\].run: unknown key\(s\) retries"),
+    ],
+)
+def test_fixture_entry_errors(fixture: str, pattern: str) -> None:
+    with pytest.raises(MatrixError, match=pattern):
+        parse(f"[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n{fixture}\n")

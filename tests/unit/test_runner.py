@@ -335,3 +335,12 @@ def _job_adapter(p: Any) -> list[str]:
         return [json.loads(job.read_text())["adapter"]] if job.name == "job.json" else []
     except Exception:
         return []
+
+
+def test_os_peak_refuses_a_maxrss_inherited_from_the_parent() -> None:
+    from rtmatrix.runner import os_peak
+
+    assert os_peak(500, 100, 300) == (500, "ru_maxrss of the reaped worker (wait4)")
+    value, method = os_peak(100, 900, 300)
+    assert value == 300 and "VmHWM" in method
+    assert os_peak(100, 900, 0)[0] is None

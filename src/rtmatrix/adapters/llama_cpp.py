@@ -74,17 +74,28 @@ class LlamaCppAdapter(Adapter):
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
-        self._llm = self._lib.Llama(
-            model_path=str(model_path),
-            n_ctx=params.n_ctx,
-            n_batch=params.n_ctx,
-            n_ubatch=min(params.n_ctx, params.n_batch),
-            n_threads=params.threads,
-            n_threads_batch=params.threads,
-            n_gpu_layers=0,
-            seed=0,
-            verbose=False,
-        )
+        """Options: ``use_mmap`` (default true; false reads the weights into anonymous memory,
+        as a device without a page cache to lean on would)."""
+        try:
+            self._llm = self._lib.Llama(
+                model_path=str(model_path),
+                n_ctx=params.n_ctx,
+                n_batch=params.n_ctx,
+                n_ubatch=min(params.n_ctx, params.n_batch),
+                n_threads=params.threads,
+                n_threads_batch=params.threads,
+                n_gpu_layers=0,
+                use_mmap=bool(params.options.get("use_mmap", True)),
+                seed=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            # the binding's message is generic; llama.cpp's own error lines say what was wrong
+            errors = [text.strip() for lvl, text in self._log if lvl == "error"][-3:]
+            if not errors:
+                raise
+            msg = f"{exc} — llama.cpp: {' | '.join(errors)}"
+            raise type(exc)(msg) from exc
         self._ctx = self._llm._ctx.ctx
         self._n_vocab = int(self._llm.n_vocab())
 

@@ -35,7 +35,18 @@ PARAM_DEFAULTS: dict[str, Any] = {
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures")
 RUNTIME_KEYS = ("name", "adapter", "options")
-FIXTURE_KEYS = ("model", "dtypes", "name", "path", "variant", "expect", "params", "run", "verdicts")
+FIXTURE_KEYS = (
+    "model",
+    "dtypes",
+    "name",
+    "path",
+    "variant",
+    "expect",
+    "params",
+    "run",
+    "verdicts",
+    "options",
+)
 
 
 class MatrixError(ValueError):
@@ -62,6 +73,7 @@ class FixtureEntry:
     params: dict[str, list[int | str]] = field(default_factory=dict)
     run: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # merged over the runtime's options
 
     @property
     def label(self) -> str:
@@ -111,7 +123,8 @@ class Matrix:
             for fx in self.fixtures:
                 run = self.run | fx.run
                 for combo in _combos(self.params | fx.params):
-                    cells.append(Cell(rt.name, rt.adapter, fx, combo, run, rt.options))
+                    options = rt.options | fx.options
+                    cells.append(Cell(rt.name, rt.adapter, fx, combo, run, options))
         return cells
 
 
@@ -254,6 +267,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
         "run": _run_table(
             ctx, ctx.table(entry.get("run", {}), f"{where}.run"), f"{where}.run", defaults={}
         ),
+        "options": ctx.table(entry.get("options", {}), f"{where}.options"),
     }
     if "path" in entry:
         name = entry.get("name")

@@ -111,7 +111,12 @@ def cold_start(timeline: dict[str, float], spawned: float) -> dict[str, Metric]:
     return out
 
 
-def memory(peak_tree_rss: int | None, interval_s: float, maxrss: int | None) -> dict[str, Metric]:
+def memory(
+    peak_tree_rss: int | None,
+    interval_s: float,
+    maxrss: int | None,
+    maxrss_method: str = "ru_maxrss of the reaped worker (wait4)",
+) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     out["peak_rss_sampled_bytes"] = (
         Metric(
@@ -127,14 +132,9 @@ def memory(peak_tree_rss: int | None, interval_s: float, maxrss: int | None) -> 
         else Metric.unavailable("bytes", "no RSS sample was taken")
     )
     out["peak_rss_os_bytes"] = (
-        Metric(
-            maxrss,
-            "bytes",
-            Source.OS_ACCOUNTING,
-            detail={"method": "ru_maxrss of the reaped worker (wait4)"},
-        )
+        Metric(maxrss, "bytes", Source.OS_ACCOUNTING, detail={"method": maxrss_method})
         if maxrss
-        else Metric.unavailable("bytes", "the OS reported no ru_maxrss")
+        else Metric.unavailable("bytes", maxrss_method)
     )
     return out
 
