@@ -285,6 +285,13 @@ def refine(
     if outcome["status"] != Status.OK:
         return outcome
     reps = (result or {}).get("reps") or []
+    failed = [c for c in ((result or {}).get("scenario") or {}).get("checks", []) if not c["ok"]]
+    if failed:
+        detail = "; ".join(f"{c['name']}: {c.get('detail', '')}" for c in failed)
+        return outcome | {
+            "status": Status.WRONG_OUTPUT,
+            "message": f"lifecycle check failed: {detail}",
+        }
     nonfinite = sum(r.get("nonfinite_steps", 0) for r in reps)
     placement = ((result or {}).get("evidence") or {}).get("placement") or {}
     if nonfinite:
@@ -365,6 +372,11 @@ def _metrics_for(
     m |= cell_metrics.throughput(reps)
     m |= cell_metrics.latency(reps)
     m |= cell_metrics.power()
+    scenario = (result or {}).get("scenario")
+    if scenario is not None:
+        from rtmatrix.scenarios import scenario_metrics
+
+        m |= scenario_metrics(cell.fixture.scenario, scenario)
     return {k: v.to_dict() for k, v in m.items()}
 
 
@@ -473,6 +485,8 @@ def _run_worker(
         "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
         "address_space_cap_mb": run["address_space_cap_mb"] or None,
         "cgroup_procs": str(cgroup.procs) if cgroup else None,
+        "scenario": cell.fixture.scenario,
+        "timeout_s": run["timeout_s"],
     }
     (job_dir / "job.json").write_text(json.dumps(job), "utf-8")
     kills_before = (cgroup.oom_kills() or 0) if cgroup else 0

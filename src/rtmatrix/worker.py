@@ -137,7 +137,14 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
         result["special_ids"] = ids
         prompt = make_prompt(p["prompt_tokens"], adapter.vocab_size, ids.get("bos", 1))
         banned = [ids["eos"]] if ids.get("eos", -1) >= 0 else []
-        for i in range(p["warmup"] + p["repetitions"]):
+        scenario = job.get("scenario", "generate")
+        if scenario != "generate":
+            from rtmatrix.scenarios import run_scenario
+
+            phase = f"scenario:{scenario}"
+            events.phase(phase)
+            result["scenario"] = run_scenario(scenario, adapter, job, prompt, banned, mark)
+        for i in range(p["warmup"] + p["repetitions"] if scenario == "generate" else 0):
             counted = i >= p["warmup"]
             phase = "generate"
             events.phase(phase, repetition=i, counted=counted)

@@ -46,7 +46,10 @@ FIXTURE_KEYS = (
     "run",
     "verdicts",
     "options",
+    "scenario",
 )
+# what a cell does with the loaded model: the plain timed generation, or a lifecycle scenario
+SCENARIOS = ("generate", "stream", "cancel", "serve")
 
 
 class MatrixError(ValueError):
@@ -74,6 +77,7 @@ class FixtureEntry:
     run: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # merged over the runtime's options
+    scenario: str = "generate"
 
     @property
     def label(self) -> str:
@@ -268,7 +272,13 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             ctx, ctx.table(entry.get("run", {}), f"{where}.run"), f"{where}.run", defaults={}
         ),
         "options": ctx.table(entry.get("options", {}), f"{where}.options"),
+        "scenario": entry.get("scenario", "generate"),
     }
+    if extra["scenario"] not in SCENARIOS:
+        raise ctx.fail(
+            f"{where}.scenario",
+            f"unknown scenario {extra['scenario']!r}; valid: {', '.join(SCENARIOS)}",
+        )
     if "path" in entry:
         name = entry.get("name")
         if not isinstance(name, str) or not isinstance(entry["path"], str):
