@@ -73,6 +73,8 @@ class Source(StrEnum):
     """Where a metric value came from."""
 
     RUNTIME_COUNTER = "runtime-counter"
+    HARDWARE_COUNTER = "hardware-counter"  # e.g. RAPL energy, NVML energy
+    EXTERNAL_METER = "external-meter"  # a user's meter command (lab rig, USB meter)
     HARNESS_CLOCK = "harness-clock"
     OS_ACCOUNTING = "os-accounting"
     PACKAGE_METADATA = "package-metadata"

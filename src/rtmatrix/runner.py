@@ -371,7 +371,7 @@ def _metrics_for(
     )
     m |= cell_metrics.throughput(reps)
     m |= cell_metrics.latency(reps)
-    m |= cell_metrics.power()
+    m |= cell_metrics.power(result)
     scenario = (result or {}).get("scenario")
     if scenario is not None:
         from rtmatrix.scenarios import scenario_metrics
@@ -482,6 +482,7 @@ def _run_worker(
         "adapter": cell.adapter,
         "model_path": str(fx.path),
         "options": cell.options,
+        "power": ctx.matrix.power,
         "params": {**cell.params, "repetitions": run["repetitions"], "warmup": run["warmup"]},
         "address_space_cap_mb": run["address_space_cap_mb"] or None,
         "cgroup_procs": str(cgroup.procs) if cgroup else None,
@@ -573,6 +574,7 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
             "n_cells": 0,
             "description": matrix.description,
             "run": matrix.run,
+            "power": matrix.power,
         },
         "machine": host.machine_info(),
         "project": host.project_info(),

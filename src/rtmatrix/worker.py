@@ -58,38 +58,44 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _run_repetition(
-    adapter: Any, prompt: list[int], n_gen: int, banned: list[int]
+    adapter: Any, prompt: list[int], n_gen: int, banned: list[int], meter: Any = None
 ) -> dict[str, Any]:
-    """One generation: prefill the prompt, then greedy-decode; every runtime call is timed."""
+    """One generation: prefill the prompt, then greedy-decode; every runtime call is timed.
+    ``meter`` (counted repetitions) meters the prefill (to the first token id) and the decode."""
     import numpy as np
 
     from rtmatrix.fixtures.model import greedy_pick
+    from rtmatrix.metrics.power import NULL_METER
+
+    meter = meter or NULL_METER
 
     clock = time.perf_counter
     adapter.reset()
-    t0 = clock()
-    adapter.prefill(prompt)
-    t_pp = clock()
-    logits = adapter.last_logits()
-    first_logits = logits
-    nonfinite = 0 if np.isfinite(logits).all() else 1
-    tokens = [greedy_pick(logits, banned)]
-    t_first = clock()
-    mono_first = time.monotonic()
+    with meter.phase("prefill"):
+        t0 = clock()
+        adapter.prefill(prompt)
+        t_pp = clock()
+        logits = adapter.last_logits()
+        first_logits = logits
+        nonfinite = 0 if np.isfinite(logits).all() else 1
+        tokens = [greedy_pick(logits, banned)]
+        t_first = clock()
+        mono_first = time.monotonic()
     decode_s: list[float] = []
     step_s: list[float] = []
-    t_prev = t_first
-    for _ in range(n_gen - 1):
-        d0 = clock()
-        adapter.decode(tokens[-1])
-        decode_s.append(clock() - d0)
-        logits = adapter.last_logits()
-        if not np.isfinite(logits).all():
-            nonfinite += 1
-        tokens.append(greedy_pick(logits, banned))
-        now = clock()
-        step_s.append(now - t_prev)
-        t_prev = now
+    with meter.phase("decode"):
+        t_prev = clock()  # t_first, less the meter's read
+        for _ in range(n_gen - 1):
+            d0 = clock()
+            adapter.decode(tokens[-1])
+            decode_s.append(clock() - d0)
+            logits = adapter.last_logits()
+            if not np.isfinite(logits).all():
+                nonfinite += 1
+            tokens.append(greedy_pick(logits, banned))
+            now = clock()
+            step_s.append(now - t_prev)
+            t_prev = now
     return {
         "pp_s": t_pp - t0,
         "pp_tokens": len(prompt),
@@ -101,6 +107,7 @@ def _run_repetition(
         "nonfinite_steps": nonfinite,
         "first_logits": first_logits,
         "first_token_monotonic": mono_first,
+        "energy": meter.take(),
     }
 
 
@@ -109,6 +116,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
 
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
     from rtmatrix.fixtures.model import make_prompt
+    from rtmatrix.metrics import power
 
     result: dict[str, Any] = {"timeline": {}, "reps": [], "warmup": []}
 
@@ -119,6 +127,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
     mark("worker_start", T_ENTRY)
     phase = "adapter"
     adapter = None
+    meter: power.PhaseMeter | None = None
     try:
         events.phase(phase)
         adapter = load_adapter_class(job["adapter"])()
@@ -146,9 +155,15 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
             result["scenario"] = run_scenario(scenario, adapter, job, prompt, banned, mark)
         for i in range(p["warmup"] + p["repetitions"] if scenario == "generate" else 0):
             counted = i >= p["warmup"]
+            if counted and meter is None:
+                phase = "power"
+                events.phase(phase)
+                meter = power.open_meter(job.get("power"))
             phase = "generate"
             events.phase(phase, repetition=i, counted=counted)
-            rep = _run_repetition(adapter, prompt, p["gen_tokens"], banned)
+            rep = _run_repetition(
+                adapter, prompt, p["gen_tokens"], banned, meter if counted else None
+            )
             if i == 0:
                 mark("first_token", rep["first_token_monotonic"])
             first_logits = rep.pop("first_logits")
@@ -182,6 +197,10 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
             except Exception as ev_exc:  # evidence is best effort after a failure
                 result["evidence"] = {"error": f"evidence unavailable: {ev_exc}"}
         return EXIT_ERROR, result
+    finally:
+        if meter is not None:
+            result["power"] = meter.info()
+            meter.close()
 
 
 def describe(target: str) -> dict[str, Any]:

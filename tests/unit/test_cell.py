@@ -72,5 +72,5 @@ def test_memory_and_power() -> None:
     m = cell.memory(100, 0.02, None)
     assert m["peak_rss_sampled_bytes"].value == 100
     assert m["peak_rss_os_bytes"].value is None
-    p = cell.power()
+    p = cell.power(None)
     assert p["power_w"].value is None and p["power_w"].source == "unavailable"

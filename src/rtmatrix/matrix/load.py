@@ -16,6 +16,7 @@ from rtmatrix.adapters.base import AdapterError, resolve_adapter
 from rtmatrix.fixtures import all_dtypes
 from rtmatrix.fixtures.spec import builtin_specs
 from rtmatrix.fixtures.variants import VARIANTS
+from rtmatrix.metrics.power import PowerConfigError, normalize_config
 from rtmatrix.outcome import Expect, Status, Verdict
 
 RUN_DEFAULTS: dict[str, Any] = {
@@ -33,7 +34,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "gen_tokens": 64,
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
-TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures")
+TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power")
 RUNTIME_KEYS = ("name", "adapter", "options")
 FIXTURE_KEYS = (
     "model",
@@ -120,6 +121,7 @@ class Matrix:
     fixtures: list[FixtureEntry]
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    power: dict[str, Any] = field(default_factory=normalize_config)
 
     def cells(self) -> list[Cell]:
         cells = []
@@ -324,7 +326,12 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         raise ctx.fail(
             "fixtures", f"fixture(s) listed twice: {', '.join(dupes)}; give each a distinct name"
         )
+    try:
+        power = normalize_config(ctx.table(raw.get("power", {}), "power"))
+    except PowerConfigError as exc:
+        raise ctx.fail(f"power.{exc.key}", exc.problem) from None
     return Matrix(
+        power=power,
         path=path,
         run=_run_table(ctx, ctx.table(raw.get("run", {}), "run")),
         params=_params_table(ctx, ctx.table(raw.get("params", {}), "params")),

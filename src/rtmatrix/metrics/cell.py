@@ -6,10 +6,6 @@ from typing import Any
 
 from rtmatrix.outcome import Metric, Source, percentile
 
-POWER_REASON = (
-    "no energy source is wired in yet: this build records power as unavailable rather than model it"
-)
-
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
@@ -139,8 +135,9 @@ def memory(
     return out
 
 
-def power() -> dict[str, Metric]:
-    return {
-        "energy_j": Metric.unavailable("J", POWER_REASON),
-        "power_w": Metric.unavailable("W", POWER_REASON),
-    }
+def power(result: dict[str, Any] | None) -> dict[str, Metric]:
+    """Energy of prefill and decode, power, energy per token, from the worker's meter."""
+    from rtmatrix.metrics.power import power_metrics
+
+    r = result or {}
+    return power_metrics(r.get("power"), r.get("reps") or [])
