@@ -88,6 +88,9 @@ def test_every_metric_present_with_a_source(tiny_run: dict[str, Any]) -> None:
         "token_latency_p50_s",
         "token_latency_p90_s",
         "energy_j",
+        "energy_prefill_j",
+        "energy_decode_j",
+        "energy_per_token_j",
         "power_w",
     }
     for c in tiny_run["cells"]:
