@@ -30,6 +30,7 @@ from rtmatrix.fixtures import (
     reference_for,
     unsupported,
 )
+from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
@@ -436,7 +437,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         "adapter": cell.adapter,
         "fixture": fx_dict,
         "params": dict(cell.params),
-        "expect": str(cell.fixture.expect),
+        "expect": str(cell.expect),
     }
     if "error" in info:
         outcome = {"status": Status.ERROR, "phase": "adapter", "message": info["error"]}
@@ -450,6 +451,9 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             str(info["container"]),
             cell.fixture.variant,
         )
+    except ExporterUnavailable as exc:
+        outcome = {"status": Status.UNAVAILABLE, "phase": "fixture", "message": str(exc)}
+        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
     except (FixtureError, ValueError, OSError) as exc:
         outcome = {"status": Status.ERROR, "phase": "fixture", "message": str(exc)}
         return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
@@ -537,7 +541,7 @@ def _finish(
         outcome["runtime_version"] = result["runtime_version"]
     return {
         "outcome": outcome,
-        "verdict": str(verdict(cell.fixture.expect, status, cell.fixture.verdicts)),
+        "verdict": str(verdict(cell.expect, status, cell.verdicts)),
         "metrics": _metrics_for(ctx, cell, lau, result, timeline),
         "parity": par,
         "evidence": _evidence(lau, result),

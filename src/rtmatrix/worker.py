@@ -144,7 +144,8 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
         ids = adapter.special_ids
         result["vocab_size"] = adapter.vocab_size
         result["special_ids"] = ids
-        prompt = make_prompt(p["prompt_tokens"], adapter.vocab_size, ids.get("bos", 1))
+        bos = ids.get("bos", -1)
+        prompt = make_prompt(p["prompt_tokens"], adapter.vocab_size, bos if bos >= 0 else 1)
         banned = [ids["eos"]] if ids.get("eos", -1) >= 0 else []
         scenario = job.get("scenario", "generate")
         if scenario != "generate":

@@ -130,3 +130,15 @@ def test_fixture_overrides_expectations_and_fill() -> None:
 def test_fixture_entry_errors(fixture: str, pattern: str) -> None:
     with pytest.raises(MatrixError, match=pattern):
         parse(f"[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n{fixture}\n")
+
+
+def test_runtime_level_expectation_overrides_the_fixture() -> None:
+    m = parse(
+        "[[runtimes]]\nname='strict'\nadapter='llama_cpp'\nexpect='error'\n"
+        "verdicts={crash='WARN'}\n"
+        "[[runtimes]]\nname='llama_cpp'\n"
+        "[[fixtures]]\nmodel='tiny'\nverdicts={hang='WARN'}\n"
+    )
+    strict, plain = m.cells()
+    assert strict.expect == "error" and strict.verdicts == {"hang": "WARN", "crash": "WARN"}
+    assert plain.expect == "ok" and plain.verdicts == {"hang": "WARN"}

@@ -35,7 +35,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power")
-RUNTIME_KEYS = ("name", "adapter", "options")
+RUNTIME_KEYS = ("name", "adapter", "options", "expect", "verdicts")
 FIXTURE_KEYS = (
     "model",
     "dtypes",
@@ -62,6 +62,8 @@ class RuntimeEntry:
     name: str
     adapter: str
     options: dict[str, Any] = field(default_factory=dict)
+    expect: Expect | None = None  # overrides every fixture's expectation for this row
+    verdicts: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,8 @@ class Cell:
     params: dict[str, int]
     run: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
+    expect: Expect = Expect.OK
+    verdicts: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -130,7 +134,11 @@ class Matrix:
                 run = self.run | fx.run
                 for combo in _combos(self.params | fx.params):
                     options = rt.options | fx.options
-                    cells.append(Cell(rt.name, rt.adapter, fx, combo, run, options))
+                    expect = rt.expect or fx.expect
+                    verdicts = fx.verdicts | rt.verdicts
+                    cells.append(
+                        Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts)
+                    )
         return cells
 
 
@@ -218,7 +226,9 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
         except AdapterError as exc:
             raise ctx.fail(f"{where}.name", str(exc)) from None
         options = ctx.table(entry.get("options", {}), f"{where}.options")
-        out.append(RuntimeEntry(entry["name"], target, options))
+        expect, verdicts = _expectations(ctx, where, entry, None)
+        rt_expect = expect if "expect" in entry else None
+        out.append(RuntimeEntry(entry["name"], target, options, rt_expect, verdicts))
     names = [r.name for r in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 # Max |logit error| on the first step that still counts as agreement, per stored weight type.
 # Quantized runtimes also quantize activations, so their logits drift; tokens-until-divergence is
 # reported rather than demanded for them.
-LOGIT_TOLERANCE = {"f32": 1e-2, "f16": 5e-2, "q8_0": 0.5, "q4_0": 1.0}
+LOGIT_TOLERANCE = {"f32": 1e-2, "f16": 5e-2, "q8_0": 0.5, "q4_0": 1.0, "int8": 1.0}
 EXACT_TOKENS = frozenset({"f32", "f16"})
 
 

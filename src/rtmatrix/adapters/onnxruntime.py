@@ -1,0 +1,625 @@
+"""The ONNX Runtime row: an ``InferenceSession`` driven by rtmatrix's own KV-cache loop.
+
+``load`` creates the session (intra-op threads from the matrix, execution providers from the
+runtime's ``options``); ``prefill``/``decode`` each run the graph once on numpy inputs and keep the
+``present.*`` outputs as the next call's ``past_key_values.*``. ONNX Runtime has no per-call timing
+counters, so ``counters()`` is empty and PP/TG come from the harness clock only.
+
+Placement evidence answers "which execution provider actually ran this?": the providers asked for,
+the ones the session registered (``get_providers()``), ORT's own warning text when it replaced a
+provider, per-provider node counts and the number of contiguous partitions. Node counts come from
+the session's EP graph-assignment record (``session.record_ep_graph_assignment_info``) where this
+ORT has it; otherwise from a second session with the same options whose verbose log ("Node
+placements") or profiling JSON (``args.provider``) is parsed. An explicitly requested provider
+that is absent from the session, or that was given no node, is a fallback.
+
+Runtime options (``[[runtimes]] options`` in the matrix):
+
+- ``providers``: list of provider names (or ``[name, {provider options}]`` pairs); default: what
+  ``get_available_providers()`` offers, CPU last (strict runs leave CPU out).
+- ``disable_cpu_ep_fallback``: true sets ``session.disable_cpu_ep_fallback=1`` (a strict run: what
+  the requested providers cannot run is a load error, not silent CPU work).
+- ``graph_optimization_level``: ``disable`` | ``basic`` | ``extended`` | ``all`` (ORT default).
+- ``log_severity_level``: the session's log level (0 verbose … 4 fatal; default 2, warnings).
+- ``session_config``: extra ``add_session_config_entry`` pairs, e.g.
+  ``{"session.intra_op.allow_spinning" = "0"}`` (ORT's defaults otherwise).
+- ``placement_source``: ``auto`` (default) | ``api`` | ``log`` | ``profile``: where node counts
+  come from.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import json
+import os
+import re
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+
+CPU = "CPUExecutionProvider"
+PLACEMENT_SOURCES = ("auto", "api", "log", "profile")
+_OPT_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+_SEVERITY = {0: "verbose", 1: "info", 2: "warning", 3: "error", 4: "fatal"}
+_MAX_LOG_LINES = 5000
+_PLACED = re.compile(
+    r"(?:All nodes|Node\(s\)) placed on \[(?P<ep>[^\]]+)\]\. Number of nodes: (?P<n>\d+)"
+)
+_EVIDENCE_PATTERNS = re.compile(
+    r"provider|placed|placement|fallback|partition|subgraph|error|fail|warn|not in available",
+    re.IGNORECASE,
+)
+_NP_TYPES = {
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+}
+
+
+# -- pure helpers (unit-tested without a runtime) ---------------------------------------------
+def parse_placement_log(lines: Sequence[str]) -> dict[str, int]:
+    """Per-provider node counts from ORT's verbose "Node placements" log."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        m = _PLACED.search(line)
+        if m:
+            counts[m.group("ep")] = counts.get(m.group("ep"), 0) + int(m.group("n"))
+    return counts
+
+
+def parse_profile(events: Sequence[dict[str, Any]]) -> tuple[dict[str, int], int]:
+    """Per-provider node counts and contiguous partitions from an ORT profiling JSON: the node
+    kernel events of the first run, in execution order."""
+    nodes: list[tuple[float, str, str]] = []
+    seen: set[str] = set()
+    for ev in events:
+        args = ev.get("args") or {}
+        name = str(ev.get("name", ""))
+        if ev.get("cat") != "Node" or "provider" not in args or not name.endswith("_kernel_time"):
+            continue
+        if name in seen:  # later runs repeat the same nodes
+            continue
+        seen.add(name)
+        nodes.append((float(ev.get("ts", 0)), name, str(args["provider"])))
+    nodes.sort()
+    order = [ep for _, _, ep in nodes]
+    counts: dict[str, int] = {}
+    for ep in order:
+        counts[ep] = counts.get(ep, 0) + 1
+    return counts, count_partitions(order)
+
+
+def count_partitions(providers_in_order: Sequence[str]) -> int:
+    """Maximal runs of consecutive nodes on the same provider."""
+    runs, prev = 0, None
+    for ep in providers_in_order:
+        if ep != prev:
+            runs += 1
+            prev = ep
+    return runs
+
+
+def provider_names(providers: Sequence[Any]) -> list[str]:
+    return [p if isinstance(p, str) else str(p[0]) for p in providers]
+
+
+def judge_fallback(
+    requested: Sequence[str], used: Sequence[str], nodes: dict[str, int] | None, explicit: bool
+) -> tuple[bool, list[str]]:
+    """A requested accelerator provider the session dropped, or gave no node, is a fallback.
+    Only an explicit request can fall back; the default list is "whatever is there"."""
+    problems = []
+    for ep in requested:
+        if ep == CPU:
+            continue
+        if ep not in used:
+            problems.append(f"{ep} not registered in the session")
+        elif nodes is not None and nodes.get(ep, 0) == 0:
+            problems.append(f"{ep} registered but assigned no node")
+    return explicit and bool(problems), problems
+
+
+@contextlib.contextmanager
+def _capture_warnings(sink: list[str]) -> Iterator[None]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            sink.extend(f"{w.category.__name__}: {w.message}" for w in caught)
+
+
+class OrtAdapter(Adapter):
+    name: ClassVar[str] = "onnxruntime"
+    distribution: ClassVar[str] = "onnxruntime"
+    extra: ClassVar[str] = "onnxruntime"
+    container: ClassVar[str] = "onnx"
+
+    def __init__(self) -> None:
+        self._ort: Any = None
+        self._sess: Any = None
+        self._model_path: Path | None = None
+        self._options: dict[str, Any] = {}
+        self._threads = 1
+        self._providers: list[Any] = []
+        self._explicit = False
+        self._strict = False
+        self._source = "auto"
+        self._api_requested = False
+        self._load_error: str | None = None
+        self._warnings: list[str] = []
+        self._log: list[tuple[int, str]] = []
+        self._log_cb_installed = False
+        self._n_ctx = 0
+        self._n_vocab = 0
+        self._special: dict[str, int] = {}
+        self._inputs: dict[str, Any] = {}
+        self._outputs: list[str] = []
+        self._past_of: dict[str, str] = {}  # present output -> past input
+        self._empty_past: dict[str, NDArray[Any]] = {}
+        self._past: dict[str, NDArray[Any]] = {}
+        self._pos = 0
+        self._logits: NDArray[np.float32] | None = None
+
+    # -- runtime -------------------------------------------------------------------------------
+    def import_runtime(self) -> str:
+        try:
+            import onnxruntime
+        except ImportError as exc:
+            msg = f"onnxruntime is not installed ({exc}); pip install 'rtmatrix[onnxruntime]'"
+            raise RuntimeUnavailable(msg) from exc
+        self._ort = onnxruntime
+        self._install_log_capture()
+        return str(onnxruntime.__version__)
+
+    def _install_log_capture(self) -> None:
+        """Route ORT's logger into this adapter where the API exists (ORT >= 1.2x); otherwise
+        ORT logs to stderr, which the runner keeps as ``stderr_tail``."""
+        setter = getattr(self._ort, "set_default_logger_callback", None)
+        if setter is None:
+            return
+
+        def _cb(severity: int, _category: str, _logid: str, where: str, message: str) -> None:
+            if len(self._log) < _MAX_LOG_LINES:
+                self._log.append((int(severity), f"{where} {message}"))
+
+        try:
+            setter(_cb, 2)
+        except (RuntimeError, TypeError):
+            return
+        if not self._log_cb_installed:
+            atexit.register(self._remove_log_capture)  # never call into Python at shutdown
+        self._log_cb_installed = True
+
+    def _remove_log_capture(self) -> None:
+        if self._log_cb_installed and self._ort is not None:
+            with contextlib.suppress(Exception):
+                self._ort.set_default_logger_callback(None)
+        self._log_cb_installed = False
+
+    # -- model ---------------------------------------------------------------------------------
+    def _session_options(self, params: LoadParams, *, verbose: bool = False) -> Any:
+        ort, opts = self._ort, self._options
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = params.threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 0 if verbose else int(opts.get("log_severity_level", 2))
+        if verbose:
+            so.log_verbosity_level = 0
+        level = opts.get("graph_optimization_level")
+        if level is not None:
+            if level not in _OPT_LEVELS:
+                msg = f"graph_optimization_level {level!r}; valid: {', '.join(_OPT_LEVELS)}"
+                raise ValueError(msg)
+            so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _OPT_LEVELS[level])
+        for key, value in dict(opts.get("session_config", {})).items():
+            so.add_session_config_entry(str(key), str(value))
+        if self._strict:
+            so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        return so
+
+    def _default_providers(self) -> list[Any]:
+        avail = list(self._ort.get_available_providers())
+        ordered = [p for p in avail if p != CPU]
+        return ordered if self._strict else [*ordered, CPU]
+
+    def _create(self, so: Any) -> Any:
+        with _capture_warnings(self._warnings):
+            return self._ort.InferenceSession(str(self._model_path), so, providers=self._providers)
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        ort = self._ort
+        self._options = dict(params.options)
+        self._threads = params.threads
+        self._n_ctx = params.n_ctx
+        self._model_path = model_path / "model.onnx" if model_path.is_dir() else model_path
+        self._strict = bool(self._options.get("disable_cpu_ep_fallback", False))
+        self._source = str(self._options.get("placement_source", "auto"))
+        if self._source not in PLACEMENT_SOURCES:
+            msg = f"placement_source {self._source!r}; valid: {', '.join(PLACEMENT_SOURCES)}"
+            raise ValueError(msg)
+        given = self._options.get("providers")
+        self._explicit = given is not None
+        self._providers = (
+            [p if isinstance(p, str) else (str(p[0]), dict(p[1])) for p in given]
+            if given is not None
+            else self._default_providers()
+        )
+        so = self._session_options(params)
+        has_api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
+        if self._source in ("auto", "api") and has_api:
+            so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+            self._api_requested = True
+        try:
+            self._sess = self._create(so)
+        except Exception as exc:
+            self._load_error = f"{type(exc).__name__}: {exc}"
+            if self._strict:
+                msg = (
+                    f"strict run (session.disable_cpu_ep_fallback=1) refused at load: {exc} "
+                    f"[requested providers: {', '.join(provider_names(self._providers)) or '-'}; "
+                    f"available: {', '.join(ort.get_available_providers())}]"
+                )
+                raise RuntimeError(msg) from exc
+            raise
+        self._describe_io()
+
+    def _describe_io(self) -> None:
+        sess = self._sess
+        self._inputs = {i.name: i for i in sess.get_inputs()}
+        outs = [o.name for o in sess.get_outputs()]
+        logits = "logits" if "logits" in outs else outs[0]
+        self._outputs = [logits, *(o for o in outs if o != logits)]
+        last = sess.get_outputs()[outs.index(logits)].shape[-1]
+        if not isinstance(last, int):
+            msg = f"output {logits!r} has no static vocabulary dimension ({last!r})"
+            raise ValueError(msg)
+        self._n_vocab = last
+        self._past_of, self._empty_past = {}, {}
+        for name, info in self._inputs.items():
+            if name in ("input_ids", "attention_mask", "position_ids"):
+                continue
+            suffix = name.split(".", 1)[-1]
+            present = next((o for o in outs if o != name and o.endswith("." + suffix)), None)
+            shape = info.shape
+            if (
+                present is None
+                or len(shape) != 4
+                or not all(isinstance(shape[d], int) for d in (1, 3))
+            ):
+                msg = (
+                    f"input {name!r} {shape} is not a KV-cache input this adapter can feed "
+                    f"(expected past_*.N.key|value [batch, heads, past, head_dim] with a "
+                    f"matching present output)"
+                )
+                raise ValueError(msg)
+            self._past_of[present] = name
+            dtype = _NP_TYPES.get(info.type, np.float32)
+            self._empty_past[name] = np.zeros((1, shape[1], 0, shape[3]), dtype=dtype)
+        if "input_ids" not in self._inputs:
+            msg = f"the model has no 'input_ids' input (inputs: {', '.join(self._inputs)})"
+            raise ValueError(msg)
+        self._special = self._read_special_ids()
+        self.reset()
+
+    def _read_special_ids(self) -> dict[str, int]:
+        """bos/eos from the model's metadata, else a genai_config.json beside it; a missing bos
+        is left out (the worker then uses the fixture vocabulary's), a missing eos is -1."""
+        meta = dict(self._sess.get_modelmeta().custom_metadata_map)
+        cfg: dict[str, Any] = {}
+        assert self._model_path is not None
+        cfg_path = self._model_path.with_name("genai_config.json")
+        if cfg_path.is_file():
+            with contextlib.suppress(OSError, ValueError):
+                cfg = json.loads(cfg_path.read_text("utf-8")).get("model", {})
+        out: dict[str, int] = {}
+        for key in ("bos", "eos"):
+            val = meta.get(f"{key}_token_id", cfg.get(f"{key}_token_id"))
+            if isinstance(val, list):
+                val = val[0] if val else None
+            if val is not None:
+                with contextlib.suppress(TypeError, ValueError):
+                    out[key] = int(val)
+        out.setdefault("eos", -1)
+        return out
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_vocab
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        return dict(self._special)
+
+    def reset(self) -> None:
+        self._past = dict(self._empty_past)
+        self._pos = 0
+        self._logits = None
+
+    def _run(self, tokens: Sequence[int]) -> None:
+        n = len(tokens)
+        if n == 0:
+            msg = "no tokens to process"
+            raise ValueError(msg)
+        total = self._pos + n
+        if total > self._n_ctx:
+            msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
+            raise ValueError(msg)
+        feeds: dict[str, Any] = dict(self._past)
+        ids_type = _NP_TYPES.get(self._inputs["input_ids"].type, np.int64)
+        feeds["input_ids"] = np.asarray(tokens, dtype=ids_type).reshape(1, n)
+        if "position_ids" in self._inputs:
+            pos_type = _NP_TYPES.get(self._inputs["position_ids"].type, np.int64)
+            feeds["position_ids"] = np.arange(self._pos, total, dtype=pos_type).reshape(1, n)
+        if "attention_mask" in self._inputs:
+            mask_type = _NP_TYPES.get(self._inputs["attention_mask"].type, np.int64)
+            feeds["attention_mask"] = np.ones((1, total), dtype=mask_type)
+        outs = self._sess.run(self._outputs, feeds)
+        self._logits = outs[0][0, -1]
+        for name, value in zip(self._outputs[1:], outs[1:], strict=True):
+            past = self._past_of.get(name)
+            if past is not None:
+                self._past[past] = value
+        self._pos = total
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        self._run(tokens)
+
+    def decode(self, token: int) -> None:
+        self._run([token])
+
+    def last_logits(self) -> NDArray[np.float32]:
+        if self._logits is None:
+            msg = "no logits yet: prefill first"
+            raise RuntimeError(msg)
+        return np.array(self._logits, dtype=np.float32, copy=True)
+
+    def counters(self) -> dict[str, float]:
+        return {}  # ONNX Runtime keeps no per-call timing counters
+
+    # -- evidence ------------------------------------------------------------------------------
+    def _from_api(self) -> tuple[dict[str, int] | None, int | None, str | None]:
+        if not self._api_requested or self._sess is None:
+            return None, None, "not requested" if self._sess is not None else "no session"
+        try:
+            info = self._sess.get_provider_graph_assignment_info()
+        except Exception as exc:
+            return None, None, f"get_provider_graph_assignment_info failed: {exc}"
+        order: list[str] = []
+        for sub in info:
+            order.extend([str(sub.ep_name)] * len(sub.get_nodes()))
+        if not order:
+            return None, None, "the session recorded no assignment"
+        counts: dict[str, int] = {}
+        for ep in order:
+            counts[ep] = counts.get(ep, 0) + 1
+        return counts, count_partitions(order), None
+
+    def _probe_session(self, *, verbose: bool, profile: bool) -> Any:
+        """A second session with the same model, providers and options, for diagnostics that
+        would slow the measured one (verbose log, profiling)."""
+        so = self._session_options(
+            LoadParams(n_ctx=self._n_ctx, threads=self._threads, options=self._options),
+            verbose=verbose,
+        )
+        if profile:
+            so.enable_profiling = True
+            so.profile_file_prefix = str(
+                Path(tempfile.gettempdir()) / f"rtmatrix-ort-{os.getpid()}"
+            )
+        return self._create(so)
+
+    def _release_session(self) -> None:
+        """Drop the measured session before a diagnostic one loads the model again, so the
+        cell's peak memory is not two copies of the model (``evidence`` runs after the reps)."""
+        self._sess = None
+        self._past = {}
+        gc.collect()
+
+    def _from_log(self) -> tuple[dict[str, int] | None, str | None]:
+        if not self._log_cb_installed:
+            return None, "this onnxruntime has no set_default_logger_callback to read its log"
+        mark = len(self._log)
+        self._ort.set_default_logger_callback(self._log_cb_proxy(), 0)
+        try:
+            self._probe_session(verbose=True, profile=False)
+        except Exception as exc:
+            return None, f"verbose probe session failed: {exc}"
+        finally:
+            verbose_lines = [text for _, text in self._log[mark:]]
+            del self._log[mark:]
+            self._install_log_capture()
+        counts = parse_placement_log(verbose_lines)
+        return (counts or None), (None if counts else "no 'Node placements' lines in the log")
+
+    def _log_cb_proxy(self) -> Any:
+        def _cb(severity: int, _category: str, _logid: str, where: str, message: str) -> None:
+            self._log.append((int(severity), f"{where} {message}"))
+
+        return _cb
+
+    def _from_profile(self) -> tuple[dict[str, int] | None, int | None, str | None]:
+        try:
+            sess = self._probe_session(verbose=False, profile=True)
+            feeds: dict[str, Any] = dict(self._empty_past)
+            feeds["input_ids"] = np.ones((1, 2), dtype=np.int64)
+            if "position_ids" in self._inputs:
+                feeds["position_ids"] = np.arange(2, dtype=np.int64).reshape(1, 2)
+            if "attention_mask" in self._inputs:
+                feeds["attention_mask"] = np.ones((1, 2), dtype=np.int64)
+            sess.run(None, feeds)
+            path = Path(sess.end_profiling())
+        except Exception as exc:
+            return None, None, f"profiling probe failed: {exc}"
+        try:
+            events = json.loads(path.read_text("utf-8"))
+        finally:
+            path.unlink(missing_ok=True)
+        counts, parts = parse_profile(events)
+        return (counts or None), (parts or None), (None if counts else "no node events")
+
+    def _node_placement(self) -> dict[str, Any]:
+        tried: dict[str, str] = {}
+        order = ("api", "log", "profile") if self._source == "auto" else (self._source,)
+        for source in order:
+            if source == "api":
+                counts, parts, why = self._from_api()
+                label = "ep-graph-assignment-api"
+            elif source == "log":
+                self._release_session()
+                counts, why = self._from_log()
+                parts, label = None, "verbose-log (second session, same options)"
+            else:
+                self._release_session()
+                counts, parts, why = self._from_profile()
+                label = "profiling-json (second session, same options, one 2-token run)"
+            if counts:
+                out: dict[str, Any] = {"nodes_by_provider": counts, "source": label}
+                out["partitions"] = parts
+                if parts is None:
+                    out["partitions_reason"] = "this source gives counts, not execution order"
+                if tried:
+                    out["not_used"] = tried
+                return out
+            tried[source] = why or "no data"
+        return {"nodes_by_provider": None, "partitions": None, "source": None, "not_used": tried}
+
+    def _debug_facilities(self) -> dict[str, Any]:
+        ort = self._ort
+        so_attrs = set(dir(ort.SessionOptions))
+        sess_attrs = set(dir(ort.InferenceSession))
+        api = "get_provider_graph_assignment_info" in sess_attrs
+        return {
+            "verbose_log": {
+                "available": "log_severity_level" in so_attrs,
+                "how": "SessionOptions.log_severity_level = 0 (prints 'Node placements')",
+            },
+            "logger_callback": {
+                "available": hasattr(ort, "set_default_logger_callback"),
+                "used": self._log_cb_installed,
+                "how": "onnxruntime.set_default_logger_callback(fn, severity)",
+            },
+            "profiling": {
+                "available": "enable_profiling" in so_attrs and "end_profiling" in sess_attrs,
+                "how": "SessionOptions.enable_profiling = True; end_profiling() -> JSON "
+                "(args.provider per node)",
+            },
+            "placement_api": {
+                "available": api,
+                "used": self._api_requested,
+                "how": "session.record_ep_graph_assignment_info=1; "
+                "get_provider_graph_assignment_info()",
+            },
+            "optimized_model_dump": {
+                "available": "optimized_model_filepath" in so_attrs,
+                "how": "SessionOptions.optimized_model_filepath",
+            },
+            "run_log": {
+                "available": "log_severity_level" in set(dir(ort.RunOptions)),
+                "how": "RunOptions.log_severity_level",
+            },
+            "ep_devices": {
+                "available": hasattr(ort, "get_ep_devices"),
+                "how": "onnxruntime.get_ep_devices()",
+            },
+        }
+
+    def _devices(self) -> list[dict[str, Any]]:
+        getter = getattr(self._ort, "get_ep_devices", None)
+        if getter is None:
+            return [{"device": str(self._ort.get_device())}]
+        try:
+            return [
+                {
+                    "ep": str(d.ep_name),
+                    "ep_vendor": str(d.ep_vendor),
+                    "type": str(d.device.type).rsplit(".", 1)[-1],
+                    "vendor": str(d.device.vendor),
+                }
+                for d in getter()
+            ]
+        except Exception as exc:
+            return [{"error": f"device enumeration failed: {exc}"}]
+
+    def evidence(self) -> dict[str, Any]:
+        ort = self._ort
+        if ort is None:
+            return {}
+        requested = provider_names(self._providers)
+        had_session = self._sess is not None
+        used = list(self._sess.get_providers()) if had_session else []
+        model = self._model_info() if had_session else None
+        nodes = self._node_placement() if had_session else {}
+        fallback, problems = judge_fallback(
+            requested, used, nodes.get("nodes_by_provider"), self._explicit
+        )
+        fallback = fallback and had_session  # no session: nothing ran anywhere
+        lines = [f"[{_SEVERITY.get(s, s)}] {t}" for s, t in self._log]
+        warn_lines = [f"[{_SEVERITY.get(s, s)}] {t}" for s, t in self._log if s >= 2]
+        detail = "; ".join([*self._warnings, *warn_lines][:10])
+        placement: dict[str, Any] = {
+            "requested": requested,
+            "requested_explicitly": self._explicit,
+            "used": used,
+            "fallback": fallback,
+            "detail": detail or None,
+            "problems": problems,
+            "strict": self._strict,
+            "available": list(ort.get_available_providers()),
+            **nodes,
+        }
+        build = getattr(ort, "get_build_info", None)
+        ev: dict[str, Any] = {
+            "system_info": f"onnxruntime {ort.__version__}"
+            + (f"; {build()}" if build else "")
+            + f"; device {ort.get_device()}",
+            "placement": placement,
+            "devices": self._devices(),
+            "debug_facilities": self._debug_facilities(),
+            "session": {
+                "intra_op_num_threads": self._threads,
+                "providers_passed": [
+                    p if isinstance(p, str) else [p[0], p[1]] for p in self._providers
+                ],
+                "options": self._options,
+            },
+            "python_warnings": self._warnings[:20],
+            "log_lines_total": len(self._log),
+            "log_excerpt": [ln for ln in lines if _EVIDENCE_PATTERNS.search(ln)][:80],
+            "log_tail": lines[-40:],
+            "warnings": warn_lines[:40],
+        }
+        if self._load_error:
+            ev["load_error"] = self._load_error
+        if model is not None:
+            ev["model"] = model
+        return ev
+
+    def _model_info(self) -> dict[str, Any]:
+        meta = self._sess.get_modelmeta()
+        return {
+            "producer": meta.producer_name,
+            "graph": meta.graph_name,
+            "metadata": dict(meta.custom_metadata_map),
+            "inputs": {n: [str(i.type), list(i.shape)] for n, i in self._inputs.items()},
+        }
+
+    def close(self) -> None:
+        self._sess = None
+        self._past = {}
+        self._remove_log_capture()
