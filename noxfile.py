@@ -1,17 +1,29 @@
 """nox sessions: rerun the matrix on every runtime upgrade, run the tests, lint, benchmark.
 
-    nox -s tests        unit + integration tests (llama-cpp-python installed)
-    nox -s matrix       the default matrix with every runtime extra installed
-    nox -s llama_cpp    the default matrix for the llama.cpp row only
-    nox -s lint         ruff + mypy
-    nox -s bench        rtmatrix's own costs (pytest-benchmark)
+    nox -s tests              unit + integration tests (llama-cpp-python installed)
+    nox -s matrix             the default matrix with every runtime extra installed
+    nox -s llama_cpp          one runtime's rows in a venv with only its extra; likewise
+    nox -s onnxruntime        onnxruntime, onnxruntime_genai and mlc (rows tvm_aot, tvm_jit)
+    nox -s lint               ruff + mypy
+    nox -s bench              rtmatrix's own costs (pytest-benchmark)
+    nox -s upgrade -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]
+                              the matrix with the old and the new version of a runtime, each in
+                              its own venv, then the diff, the HTML report and the gate
 
 Pass a matrix file after ``--``: ``nox -s matrix -- matrix/ci.toml``.
+
+``upgrade``, e.g. ``nox -s upgrade -- llama-cpp-python 0.3.35 0.3.36``: the venvs are
+``.nox/upgrade-<dist>-<version>``; the two runs land in ``results/`` (each records the version
+it ran in its provenance, ``runtimes.<row>.version``); the diff (``diff.txt``, ``diff.json``),
+the report (``index.html``), ``gate.xml`` (JUnit) and ``gate.md`` (Markdown) land in
+``reports/upgrade/``. The gate runs last, so the artifacts exist when it exits non-zero:
+1 significant regression, 2 new failure, 3 nothing comparable or missing data.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import nox
 
@@ -20,10 +32,28 @@ nox.options.reuse_existing_virtualenvs = True
 PYTHON = "3.11"
 # llama-cpp-python builds from source; libmtmd is not needed and skipping it saves ~1.5 min
 BUILD_ENV = {"CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DLLAVA_BUILD=OFF")}
+DEFAULT_MATRIX = "matrix/default.toml"
+# distribution -> (rtmatrix extra, runtime rows of the matrix that use it)
+RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "llama-cpp-python": ("llama-cpp", ("llama_cpp",)),
+    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
+    "onnxruntime-genai": ("onnxruntime-genai", ("onnxruntime_genai",)),
+    "apache-tvm": ("mlc", ("tvm_aot", "tvm_jit")),
+}
+RESULTS = Path("results")
+UPGRADE_REPORT = Path("reports/upgrade")
 
 
 def _matrix_args(session: nox.Session, default: str) -> list[str]:
     return session.posargs or [default]
+
+
+def _run_rows(session: nox.Session, distribution: str) -> None:
+    """The matrix for one runtime's rows, in this session's venv with only its extra."""
+    extra, rows = RUNTIMES[distribution]
+    session.install("-e", f".[{extra}]", env=BUILD_ENV)
+    only = [arg for row in rows for arg in ("--runtime", row)]
+    session.run("rtmatrix", "run", *_matrix_args(session, DEFAULT_MATRIX), *only)
 
 
 @nox.session(python=PYTHON)
@@ -35,22 +65,36 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def matrix(session: nox.Session) -> None:
     session.install("-e", ".[all]", env=BUILD_ENV)
-    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/default.toml"))
+    session.run("rtmatrix", "run", *_matrix_args(session, DEFAULT_MATRIX))
 
 
 @nox.session(python=PYTHON)
 def llama_cpp(session: nox.Session) -> None:
-    session.install("-e", ".[llama-cpp]", env=BUILD_ENV)
-    session.run(
-        "rtmatrix", "run", *_matrix_args(session, "matrix/default.toml"), "--runtime", "llama_cpp"
-    )
+    _run_rows(session, "llama-cpp-python")
+
+
+@nox.session(python=PYTHON)
+def onnxruntime(session: nox.Session) -> None:
+    _run_rows(session, "onnxruntime")
+
+
+@nox.session(python=PYTHON)
+def onnxruntime_genai(session: nox.Session) -> None:
+    _run_rows(session, "onnxruntime-genai")
+
+
+@nox.session(python=PYTHON)
+def mlc(session: nox.Session) -> None:
+    """Apache TVM: the ahead-of-time and the JIT row."""
+    _run_rows(session, "apache-tvm")
 
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("-e", ".[dev]", env=BUILD_ENV)
-    session.run("ruff", "check", "src", "tests", "noxfile.py")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
     session.run("mypy")
+    session.run("mypy", "--strict", "benchmarks")
 
 
 @nox.session(python=PYTHON)
@@ -59,3 +103,81 @@ def bench(session: nox.Session) -> None:
     session.run(
         "pytest", "tests/benchmarks", "--benchmark-enable", "-p", "no:randomly", *session.posargs
     )
+
+
+# --------------------------------------------------------------------------- upgrade
+
+
+def _upgrade_args(session: nox.Session) -> tuple[str, str, str, str, list[str]]:
+    """DIST OLD NEW [MATRIX] [gate flags...] from the positional arguments."""
+    args = list(session.posargs)
+    if len(args) < 3 or any(a.startswith("-") for a in args[:3]):
+        session.error(
+            "usage: nox -s upgrade -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]\n"
+            "  e.g. nox -s upgrade -- llama-cpp-python 0.3.35 0.3.36 matrix/ci.toml"
+        )
+    dist, old, new, rest = args[0], args[1], args[2], args[3:]
+    if dist not in RUNTIMES:
+        session.error(f"unknown distribution {dist!r}; valid: {', '.join(RUNTIMES)}")
+    matrix_file = rest.pop(0) if rest and not rest[0].startswith("-") else DEFAULT_MATRIX
+    return dist, old, new, matrix_file, rest
+
+
+def _venv_python(venv: Path) -> str:
+    return str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
+
+
+def _new_result(session: nox.Session, before: set[Path]) -> str:
+    new = sorted(set(RESULTS.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
+    if not new:
+        session.error(f"rtmatrix run wrote no result file in {RESULTS}/")
+    return str(new[-1])
+
+
+def _run_version(session: nox.Session, dist: str, version: str, matrix_file: str) -> str:
+    """A venv with rtmatrix and ``dist==version``; run the matrix rows of ``dist`` in it."""
+    extra, rows = RUNTIMES[dist]
+    venv = Path(session.virtualenv.location).parent / f"upgrade-{dist}-{version}"
+    if not Path(_venv_python(venv)).exists():
+        session.run("python", "-m", "venv", str(venv))
+    py = _venv_python(venv)
+    session.run(
+        py, "-m", "pip", "install", "-e", f".[{extra}]", f"{dist}=={version}",
+        external=True, env=BUILD_ENV,
+    )  # fmt: skip
+    only = [arg for row in rows for arg in ("--runtime", row)]
+    before = set(RESULTS.glob("*.json"))
+    session.run(
+        py, "-m", "rtmatrix", "run", matrix_file, *only, "--results", str(RESULTS), "--no-report",
+        external=True,
+    )  # fmt: skip
+    return _new_result(session, before)
+
+
+def _report(session: nox.Session, base: str, cand: str) -> None:
+    """The HTML report with an upgrade view (``--baseline``), or both runs side by side."""
+    help_text = session.run("rtmatrix", "report", "--help", silent=True) or ""
+    if "--baseline" in str(help_text):
+        session.run("rtmatrix", "report", cand, "--baseline", base, "-o", str(UPGRADE_REPORT))
+    else:
+        session.log("rtmatrix report has no --baseline: rendering both runs side by side")
+        session.run("rtmatrix", "report", base, cand, "-o", str(UPGRADE_REPORT))
+
+
+@nox.session(python=PYTHON)
+def upgrade(session: nox.Session) -> None:
+    """Old vs new version of one runtime: two venvs, two runs, diff, report, gate (last)."""
+    dist, old, new, matrix_file, gate_flags = _upgrade_args(session)
+    session.install("-e", ".")  # diff, report and gate need no runtime
+    base = _run_version(session, dist, old, matrix_file)
+    cand = _run_version(session, dist, new, matrix_file)
+    out, flags = UPGRADE_REPORT, gate_flags
+    session.run("rtmatrix", "diff", base, cand, *flags)
+    session.run("rtmatrix", "diff", base, cand, *flags, "-o", str(out / "diff.txt"))
+    session.run("rtmatrix", "diff", base, cand, *flags, "--json", "-o", str(out / "diff.json"))
+    _report(session, base, cand)
+    session.log(f"base {base}, candidate {cand}; diff, report and gate files in {out}/")
+    session.run(
+        "rtmatrix", "gate", base, cand, *flags,
+        "--junit", str(out / "gate.xml"), "--markdown", str(out / "gate.md"),
+    )  # fmt: skip

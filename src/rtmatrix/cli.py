@@ -1,19 +1,37 @@
 """Command line: thin argument parsing over the pipeline functions.
 
 Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
-2 bad input (matrix, result or model file), 130 interrupted.
+2 bad input (matrix, result or model file, a bad --fail), 130 interrupted.
+``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
+comparable or missing data, 4 bad input (so that a typo is not read as a new failure).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from rtmatrix import __version__
 
+if TYPE_CHECKING:
+    from rtmatrix.results.diff import Check, RunDiff
+
 EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_GATE_BAD_INPUT = 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a per-command exit code for usage errors (``gate`` uses 4, not 2)."""
+
+    usage_exit = EXIT_BAD_INPUT
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -61,7 +79,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from rtmatrix.results import load_run
 
     runs = [load_run(Path(p)) for p in args.runs]
-    print(f"rtmatrix: wrote {render_report(runs, Path(args.output))}")
+    baseline = load_run(Path(args.baseline)) if args.baseline else None
+    print(f"rtmatrix: wrote {render_report(runs, Path(args.output), baseline=baseline)}")
     return EXIT_OK
 
 
@@ -79,6 +98,92 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             f"{rec['status']})"
         )
     return EXIT_OK
+
+
+def _checks(
+    args: argparse.Namespace, base: dict[str, Any], cand: dict[str, Any]
+) -> dict[str, Check]:
+    """The default checks, then the candidate matrix's ``[gate] fail`` list, then ``--fail``."""
+    from rtmatrix.results.diff import CheckError, parse_checks, run_metric_names
+
+    from_matrix = (cand["matrix"].get("gate") or {}).get("fail", [])
+    if not isinstance(from_matrix, list) or not all(isinstance(s, str) for s in from_matrix):
+        msg = f"{args.candidate}: matrix.gate.fail must be a list of 'METRIC:PCT' strings"
+        raise CheckError(msg)
+    return parse_checks([*from_matrix, *(args.fail or [])], run_metric_names(base, cand))
+
+
+def _diff(args: argparse.Namespace) -> RunDiff:
+    from rtmatrix.results import load_run
+    from rtmatrix.results.diff import CheckError, diff_runs
+
+    if not 0.0 < args.alpha < 1.0:
+        msg = f"--alpha {args.alpha}: expected a significance level between 0 and 1, e.g. 0.01"
+        raise CheckError(msg)
+    base, cand = load_run(Path(args.base)), load_run(Path(args.candidate))
+    checks = _checks(args, base, cand)
+    return diff_runs(base, cand, checks, args.alpha, (args.base, args.candidate))
+
+
+def _write(path: str, text: str) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, "utf-8")
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from rtmatrix.results.diff import CheckError, render_text
+
+    try:
+        diff = _diff(args)
+    except CheckError as exc:
+        print(f"rtmatrix: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    text = (
+        json.dumps(diff.to_dict(), indent=1, allow_nan=False) + "\n"
+        if args.json
+        else render_text(diff, args.verbose)
+    )
+    if args.output:
+        try:
+            _write(args.output, text)
+        except OSError as exc:
+            print(f"rtmatrix: error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        print(f"rtmatrix: wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _cmd_gate(args: argparse.Namespace) -> int:
+    from rtmatrix.results import ResultError
+    from rtmatrix.results import gate as g
+    from rtmatrix.results.diff import CheckError, render_text
+
+    try:
+        diff = _diff(args)
+    except (ResultError, CheckError) as exc:
+        print(f"rtmatrix: error: {exc}", file=sys.stderr)
+        return EXIT_GATE_BAD_INPUT
+    result = g.evaluate(diff)
+    if not args.quiet:
+        sys.stdout.write(render_text(diff) + "\n")
+    outputs: list[tuple[str | None, Callable[[], str]]] = [
+        (args.junit, lambda: g.junit_xml(diff, result)),
+        (args.markdown, lambda: g.markdown(diff, result)),
+        (args.json, lambda: json.dumps(diff.to_dict(), indent=1, allow_nan=False) + "\n"),
+    ]
+    try:
+        for path, render in outputs:
+            if path:
+                _write(path, render())
+                print(f"rtmatrix: wrote {path}")
+    except OSError as exc:
+        print(f"rtmatrix: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_GATE_BAD_INPUT
+    sys.stdout.write(g.render_text(result))
+    return result.code
 
 
 def _cmd_fixtures(args: argparse.Namespace) -> int:
@@ -110,8 +215,25 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _add_compare_args(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("base", help="baseline result JSON")
+    cmd.add_argument("candidate", help="candidate result JSON")
+    cmd.add_argument(
+        "--fail",
+        action="append",
+        metavar="METRIC:PCT",
+        help="check METRIC with a threshold, e.g. tg_tps:5%% (repeatable; METRIC:off unchecks)",
+    )
+    cmd.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        help="significance level of the sample tests (default: %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="rtmatrix",
         description="Run LLM runtimes against fixture models and record an acceptance matrix.",
         epilog="Example: rtmatrix run matrix/default.toml  (results/ + reports/index.html)",
@@ -141,12 +263,39 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="render result files as HTML")
     rep.add_argument("runs", nargs="+", help="result JSON files")
     rep.add_argument("-o", "--output", default="reports", help="folder (default: %(default)s)")
+    rep.add_argument(
+        "--baseline",
+        metavar="RUN.json",
+        help="add an upgrade view of each run against this baseline run",
+    )
     rep.set_defaults(func=_cmd_report)
 
     val = sub.add_parser("validate", help="check result files against the JSON Schema")
     val.add_argument("runs", nargs="*", help="result JSON files")
     val.add_argument("--schema", action="store_true", help="print the schema file's path")
     val.set_defaults(func=_cmd_validate)
+
+    dif = sub.add_parser("diff", help="compare two runs cell by cell (asv-style marks)")
+    _add_compare_args(dif)
+    dif.add_argument("--json", action="store_true", help="JSON for tools instead of text")
+    dif.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    dif.add_argument("-v", "--verbose", action="store_true", help="list unchanged metrics too")
+    dif.set_defaults(func=_cmd_diff)
+
+    gat = sub.add_parser(
+        "gate",
+        help="diff + thresholds -> exit 0 pass, 1 regression, 2 new failure, 3 nothing comparable",
+        description="Exit codes: 0 pass, 1 significant regression, 2 new failure, "
+        "3 nothing comparable or missing data, 4 bad input.",
+    )
+    assert isinstance(gat, _Parser)
+    gat.usage_exit = EXIT_GATE_BAD_INPUT
+    _add_compare_args(gat)
+    gat.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+    gat.add_argument("--markdown", metavar="FILE", help="write a Markdown summary")
+    gat.add_argument("--json", metavar="FILE", help="write the diff as JSON")
+    gat.add_argument("-q", "--quiet", action="store_true", help="print the verdict only")
+    gat.set_defaults(func=_cmd_gate)
 
     fx = sub.add_parser("fixtures", help="list or build the canonical fixture models")
     fx.add_argument("action", choices=["list", "build"])

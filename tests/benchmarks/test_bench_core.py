@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from rtmatrix.outcome import summarize
 from rtmatrix.report import render_report
 from rtmatrix.results import validate_run
+from rtmatrix.results.diff import diff_runs
 from rtmatrix.runner import launch
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "run-v1.json"
@@ -64,3 +66,31 @@ def test_report_large_run(benchmark: Any, large_run: dict[str, Any], tmp_path: P
 def test_validate_one_new_cell_of_large_run(benchmark: Any, large_run: dict[str, Any]) -> None:
     """What the runner pays per saved cell: the envelope plus the newest cell."""
     benchmark(validate_run, large_run, "bench", N_CELLS - 1)
+
+
+def _with_samples(run: dict[str, Any], n_of: Any, scale: float) -> dict[str, Any]:
+    """A copy whose repeated metrics have ``n_of(i)`` samples in cell ``i``, TG scaled."""
+    out = copy.deepcopy(run)
+    for i, cell in enumerate(out["cells"]):
+        for name, m in cell["metrics"].items():
+            if "samples" not in m:
+                continue
+            s = scale if name in ("tg_tps", "tg_tps_counter") else 1.0
+            samples = [m["value"] * s * (1 + 0.01 * ((j * 7 + i) % 5 - 2)) for j in range(n_of(i))]
+            m["samples"], m["stats"] = samples, summarize(samples)
+            m["value"] = m["stats"]["median"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def large_pair(large_run: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Half the cells with 5 samples a side (Mann–Whitney), half with 3 (bootstrap); TG 20 %
+    lower in the candidate, so every cell needs its tests run."""
+    n_of = lambda i: 5 if i % 2 else 3  # noqa: E731
+    return _with_samples(large_run, n_of, 1.0), _with_samples(large_run, n_of, 0.8)
+
+
+def test_diff_large_run(benchmark: Any, large_pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """``rtmatrix diff`` of two 500-cell runs where every cell regressed (the expensive case)."""
+    diff = benchmark.pedantic(diff_runs, args=large_pair, rounds=3)
+    assert diff.counts()["-"] == N_CELLS

@@ -142,3 +142,10 @@ def test_runtime_level_expectation_overrides_the_fixture() -> None:
     strict, plain = m.cells()
     assert strict.expect == "error" and strict.verdicts == {"hang": "WARN", "crash": "WARN"}
     assert plain.expect == "ok" and plain.verdicts == {"hang": "WARN"}
+
+
+def test_gate_thresholds_are_validated() -> None:
+    base = "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n"
+    parse(base + "[gate]\nfail = ['tg_tps:5%']\n")
+    with pytest.raises(MatrixError, match=r"m.toml: gate.fail: .*tg_tsp"):
+        parse(base + "[gate]\nfail = ['tg_tsp:5%']\n")

@@ -34,7 +34,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "gen_tokens": 64,
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
-TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power")
+TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power", "gate")
 RUNTIME_KEYS = ("name", "adapter", "options", "expect", "verdicts")
 FIXTURE_KEYS = (
     "model",
@@ -340,6 +340,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         power = normalize_config(ctx.table(raw.get("power", {}), "power"))
     except PowerConfigError as exc:
         raise ctx.fail(f"power.{exc.key}", exc.problem) from None
+    _gate_table(ctx, ctx.table(raw.get("gate", {}), "gate"))
     return Matrix(
         power=power,
         path=path,
@@ -350,6 +351,20 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         description=str(raw.get("description", "")),
         raw=raw,
     )
+
+
+def _gate_table(ctx: _Ctx, table: dict[str, Any]) -> None:
+    """``[gate] fail = ["tg_tps:5%", ...]``: thresholds ``rtmatrix gate`` applies to this run."""
+    from rtmatrix.results.diff import CheckError, parse_checks
+
+    ctx.check_keys(table, "gate", ("fail",))
+    fail = table.get("fail", [])
+    if not isinstance(fail, list) or not all(isinstance(f, str) for f in fail):
+        raise ctx.fail("gate.fail", f'expected a list like ["tg_tps:5%"], got {fail!r}')
+    try:
+        parse_checks(fail)
+    except CheckError as exc:
+        raise ctx.fail("gate.fail", str(exc)) from None
 
 
 def load_matrix(path: Path) -> Matrix:

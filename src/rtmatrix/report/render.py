@@ -1,69 +1,92 @@
-"""Render one or more run records into a self-contained ``index.html``."""
+"""Render run records into one self-contained ``index.html``.
+
+The page holds everything it shows: CSS and the few lines of JavaScript inline, plots as inline
+SVG, no network. Its Content-Security-Policy allows no fetches at all and only the one script
+whose hash it names, so even text that slipped past autoescaping could not run.
+"""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-COLUMNS: list[tuple[str, str]] = [
-    ("pp_tps", "PP tok/s"),
-    ("pp_tps_counter", "PP tok/s (counter)"),
-    ("tg_tps", "TG tok/s"),
-    ("tg_tps_counter", "TG tok/s (counter)"),
-    ("ttft_s", "TTFT"),
-    ("tpot_s", "TPOT"),
-    ("token_latency_p90_s", "token p90"),
-    ("cold_start_total_s", "cold start"),
-    ("peak_rss_sampled_bytes", "peak RSS (sampled)"),
-    ("peak_rss_os_bytes", "peak RSS (OS)"),
-    ("package_size_bytes", "package"),
-    ("license", "license"),
-    ("power_w", "power"),
-]
-SOURCE_MARK = {
-    "runtime-counter": "rc",
-    "harness-clock": "hc",
-    "os-accounting": "os",
-    "package-metadata": "pkg",
-    "modelled": "model",
-    "unavailable": "n/a",
-}
+from rtmatrix.report import plots, upgrade, views
+from rtmatrix.report.views import fmt_value
+
+__all__ = ["fmt_value", "render_report"]
 
 
-def fmt_value(metric: dict[str, Any]) -> str:
-    value, unit = metric.get("value"), metric.get("unit", "")
-    if value is None:
-        return "unavailable"
-    if isinstance(value, str):
-        return value
-    if unit == "bytes":
-        return f"{value / 2**20:.1f} MiB"
-    if unit == "s":
-        return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.2f} s"
-    if unit == "tokens/s":
-        return f"{value:,.0f}"
-    return f"{value:g} {unit}"
+def _asset(name: str) -> str:
+    return resources.files("rtmatrix.report").joinpath("templates", name).read_text("utf-8")
 
 
-def _env() -> jinja2.Environment:
+def _csp(script: str) -> str:
+    digest = base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode()
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+        f"script-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    )
+
+
+def _env(notes: views.Notes) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("rtmatrix.report", "templates"),
-        autoescape=jinja2.select_autoescape(default=True),
+        autoescape=True,  # every template, whatever its file name
         undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
-    env.filters["metric"] = fmt_value
+    env.filters["metric"] = lambda m, name="": views.metric_value(m, notes, name)
+    env.filters["parity"] = lambda p: views.parity_value(p, notes)
+    env.filters["fmt"] = fmt_value
+    env.filters["flat"] = views.flat_items
+    env.filters["other_evidence"] = views.other_evidence
+    env.filters["as_dict"] = views.as_dict
+    env.filters["as_list"] = views.as_list
     return env
 
 
-def render_report(runs: list[dict[str, Any]], out_dir: Path) -> Path:
+def _plots(cols: list[views.Column]) -> list[plots.Plot]:
+    return [
+        plots.throughput_by_quant(cols),
+        plots.context_scaling(cols),
+        plots.cold_start_split(cols),
+    ]
+
+
+def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> str:
+    """The page for ``runs`` (newest last), with an upgrade view against ``baseline``."""
+    notes = views.Notes()
+    cols = views.columns(runs)
+    script = _asset("report.js")
+    context = {
+        "runs": runs,
+        "cols": cols,
+        "summary": views.summary(runs, cols),
+        "selection": views.selection(cols, notes),
+        "grid": views.grid(cols),
+        "plots": _plots(cols),
+        "upgrades": [upgrade.view(baseline, run) for run in runs] if baseline else [],
+        "baseline": baseline,
+        "notes": notes,
+        "sources": views.SOURCES,
+        "css": _asset("report.css"),
+        "script": script,
+        "csp": _csp(script),
+    }
+    return _env(notes).get_template("index.html.j2").render(context)
+
+
+def render_report(
+    runs: list[dict[str, Any]], out_dir: Path, baseline: dict[str, Any] | None = None
+) -> Path:
     """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path."""
-    html = (
-        _env()
-        .get_template("index.html.j2")
-        .render(runs=runs, columns=COLUMNS, source_mark=SOURCE_MARK)
-    )
+    html = render_html(runs, baseline)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
     tmp = path.with_suffix(".html.tmp")

@@ -1,0 +1,382 @@
+"""Static plots for the report: matplotlib figures saved as SVG and inlined in the page.
+
+matplotlib renders offline with no browser, no JavaScript and no network, its SVG keeps text as
+text (``svg.fonttype = none``: searchable, small, crisp at any zoom), and it is the most widely
+maintained Python plotting library. Each plot gets its own ``svg.hashsalt`` so the ids of several
+inline SVGs never collide. A plot with nothing to show returns a note saying why, never raises.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rtmatrix.report.views import (
+    COLD_START,
+    Column,
+    common_params,
+    distinct_labels,
+    fixture_label,
+    normal_cells,
+    params_text,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+INSTALL_HINT = "pip install 'matplotlib>=3.8'"
+PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
+PHASE_COLOURS = ("#88ccee", "#44aa99", "#ddcc77", "#cc6677")
+CLASS_COLOURS = {
+    "!": "#c0392b",
+    "-": "#e67e22",
+    "x": "#7f8c8d",
+    "~": "#95a5a6",
+    "=": "#bdc3c7",
+    "+": "#27ae60",
+    "*": "#2e86c1",
+}
+MAX_BARS = 40
+DEPTH_KEYS = ("prompt_tokens", "n_ctx")  # context depth: tokens in context, else its size
+RATIO_TICKS = (0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+RATIO_TICKS_WIDE = (0.001, 0.01, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 100.0, 1000.0)
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One figure: inline SVG markup, or a note saying why there is none."""
+
+    id: str
+    title: str
+    caption: str
+    svg: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """One compared value of the upgrade view, for the baseline-vs-candidate chart."""
+
+    label: str
+    ratio: float
+    cls: str
+
+
+def _figure(width: float, height: float) -> tuple[Figure, Any] | str:
+    """A blank figure (pyplot-free: no global state, no GUI backend), or why there is none."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        return f"plots need matplotlib ({exc}); install it with: {INSTALL_HINT}"
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig, fig
+
+
+def _svg(fig: Figure, plot_id: str, title: str) -> str:
+    import matplotlib as mpl
+
+    buf = io.StringIO()
+    with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": plot_id}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    text = _scope_ids(text[text.index("<svg") :], plot_id)
+    attrs = f'<svg class="plot" role="img" aria-label="{_attr(title)}" data-plot="{plot_id}" '
+    return attrs + text[len("<svg ") :]
+
+
+def _scope_ids(svg: str, prefix: str) -> str:
+    """Prefix every id and reference to one, so several inline SVGs share a page safely."""
+    svg = re.sub(r'\bid="([^"]+)"', rf'id="{prefix}-\1"', svg)
+    svg = re.sub(r"url\(#([^)]+)\)", rf"url(#{prefix}-\1)", svg)
+    return re.sub(r'href="#([^"]+)"', rf'href="#{prefix}-\1"', svg)
+
+
+def _attr(text: str) -> str:
+    return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+
+
+def _value(metric: dict[str, Any] | None) -> float | None:
+    if not metric or not isinstance(metric.get("value"), int | float):
+        return None
+    value = float(metric["value"])
+    return value if math.isfinite(value) else None
+
+
+def _normal_cells(col: Column) -> list[dict[str, Any]]:
+    return normal_cells(c for _, c in col.cells)
+
+
+def _style(ax: Axes) -> None:
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.grid(axis="y", color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def throughput_by_quant(cols: Sequence[Column]) -> Plot:
+    """PP and TG per runtime and quantization: bars from the harness clock, dots from counters."""
+    title = "Prompt processing and token generation per runtime and quantization"
+    base = common_params(c for col in cols for c in _normal_cells(col))
+    caption = "Bars: harness clock (median, whiskers min–max); dots: the runtime's own counters."
+    if base:
+        caption += f" At {params_text(base)}."
+    series: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    cats: list[str] = []
+    for col in cols:
+        cells = {fixture_label(c): c for c in _normal_cells(col) if c["params"] == base}
+        cells = {k: c for k, c in cells.items() if _value(c["metrics"].get("pp_tps")) is not None}
+        if cells:
+            series.append((col.label, cells))
+            cats += [k for k in cells if k not in cats]
+    if not series:
+        return Plot("pp-tg", title, caption, note="no data: no cell measured PP/TG throughput")
+    made = _figure(max(6.0, 1.1 * len(cats) * max(1, len(series)) ** 0.5 + 3), 3.4)
+    if isinstance(made, str):
+        return Plot("pp-tg", title, caption, note=made)
+    fig, _ = made
+    axes = fig.subplots(1, 2)
+    width = 0.8 / len(series)
+    for ax, (key, label) in zip(axes, (("pp", "PP"), ("tg", "TG")), strict=True):
+        for si, (name, cells) in enumerate(series):
+            xs, ys, lo, hi, cx, cy = [], [], [], [], [], []
+            for ci, cat in enumerate(cats):
+                cell = cells.get(cat)
+                m = cell["metrics"].get(f"{key}_tps") if cell else None
+                v = _value(m)
+                if v is None or m is None:
+                    continue
+                x = ci - 0.4 + width * (si + 0.5)
+                stats = m.get("stats") or {}
+                xs.append(x)
+                ys.append(v)
+                lo.append(max(0.0, v - float(stats.get("min", v))))
+                hi.append(max(0.0, float(stats.get("max", v)) - v))
+                counter = _value(cell["metrics"].get(f"{key}_tps_counter")) if cell else None
+                if counter is not None:
+                    cx.append(x)
+                    cy.append(counter)
+            colour = PALETTE[si % len(PALETTE)]
+            ax.bar(
+                xs,
+                ys,
+                width * 0.92,
+                color=colour,
+                label=name,
+                yerr=[lo, hi],
+                error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333"},
+            )
+            if cx:
+                ax.plot(
+                    cx,
+                    cy,
+                    "o",
+                    color="#222",
+                    markersize=3.5,
+                    label="runtime counter" if si == 0 else "_nolegend_",
+                )
+        ax.set_xticks(
+            range(len(cats)),
+            cats,
+            rotation=30 if len(cats) > 3 else 0,
+            ha="right" if len(cats) > 3 else "center",
+        )
+        ax.set_ylabel(f"{label} tokens/s")
+        ax.set_title(label)
+        _style(ax)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(
+        handles, labels, fontsize=8, frameon=False, loc="outside lower center", ncols=len(labels)
+    )
+    return Plot("pp-tg", title, caption, _svg(fig, "pp-tg", title))
+
+
+def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Cells that ran ok, pooled per runtime, model and dtype (across fixture names), by depth."""
+    lines: list[tuple[str, list[dict[str, Any]]]] = []
+    for col in cols:
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for c in _normal_cells(col):
+            if c["outcome"]["status"] != "ok":
+                continue
+            fx = c["fixture"]
+            rest = {k: v for k, v in c["params"].items() if k not in DEPTH_KEYS}
+            model = f"{fx.get('model') or fx['name']}" + (
+                f"/{fx['dtype']}" if fx.get("dtype") else ""
+            )
+            groups.setdefault((model, params_text(rest)), []).append(c)
+        models = [m for m, _ in groups]
+        for (model, rest_text), cells in groups.items():
+            if len({c["params"].get(depth) for c in cells}) > 1:
+                name = f"{col.label} {model}" + (f" {rest_text}" if models.count(model) > 1 else "")
+                lines.append((name, sorted(cells, key=lambda c: float(c["params"][depth]))))
+    return lines
+
+
+def context_scaling(cols: Sequence[Column]) -> Plot:
+    """Peak memory, PP and TG against context depth (prompt tokens, else n_ctx)."""
+    title = "Memory and throughput against context depth"
+    cells = [c for col in cols for c in _normal_cells(col) if c["outcome"]["status"] == "ok"]
+    depth = next((k for k in DEPTH_KEYS if len({c["params"].get(k) for c in cells}) > 1), None)
+    if depth is None:
+        seen = sorted({(c["params"].get("n_ctx"), c["params"].get("prompt_tokens")) for c in cells})
+        note = (
+            "no data: every cell that ran ok ran at one context depth "
+            f"(n_ctx, prompt_tokens = {seen[0] if seen else 'none'}); give [params] n_ctx or "
+            "prompt_tokens a list to see scaling"
+        )
+        return Plot("context", title, "", note=note)
+    caption = (
+        f"x: {depth} (log scale); one line per runtime, model and dtype, over every fixture that "
+        "ran ok (their n_ctx may differ: memory grows with it); peak RSS from the OS."
+    )
+    lines = _depth_lines(cols, depth)
+    if not lines:
+        return Plot(
+            "context",
+            title,
+            caption,
+            note="no data: no runtime, model and dtype ran ok at two or more context depths",
+        )
+    made = _figure(10.0, 3.4)
+    if isinstance(made, str):
+        return Plot("context", title, caption, note=made)
+    fig, _ = made
+    axes = fig.subplots(1, 3)
+    panels = (
+        ("peak_rss_os_bytes", "peak RSS (MiB)", 2.0**-20),
+        ("pp_tps", "PP tokens/s", 1.0),
+        ("tg_tps", "TG tokens/s", 1.0),
+    )
+    for ax, (key, ylabel, scale) in zip(axes, panels, strict=True):
+        drawn = 0
+        for li, (label, cells) in enumerate(lines):
+            pts = [
+                (float(c["params"][depth]), v * scale)
+                for c in cells
+                if (v := _value(c["metrics"].get(key))) is not None
+            ]
+            if pts:
+                drawn += 1
+                ax.plot(
+                    *zip(*pts, strict=True),
+                    "o-",
+                    color=PALETTE[li % len(PALETTE)],
+                    label=label,
+                    markersize=4,
+                    linewidth=1.4,
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(depth)
+        ax.set_ylabel(ylabel)
+        if not drawn:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", color="#888")
+        _style(ax)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles,
+            labels,
+            loc="outside lower center",
+            ncols=min(3, len(labels)),
+            fontsize=8,
+            frameon=False,
+        )
+    return Plot("context", title, caption, _svg(fig, "context", title))
+
+
+def cold_start_split(cols: Sequence[Column]) -> Plot:
+    """Cold start per cell as stacked bars: process start, import, load, first token."""
+    title = "Cold start, split"
+    caption = (
+        "Parent spawn → worker running → runtime imported → model loaded → first token "
+        "(harness clock)."
+    )
+    cells, prefixes, splits = [], [], []
+    for col in cols:
+        for c in _normal_cells(col):
+            parts = [_value(c["metrics"].get(k)) for k, _ in COLD_START]
+            if any(p is not None for p in parts):
+                cells.append(c)
+                prefixes.append(f"{col.label} · ")
+                splits.append([p or 0.0 for p in parts])
+    bars = list(zip(distinct_labels(cells, prefixes), splits, strict=True))
+    if not bars:
+        return Plot("cold-start", title, caption, note="no data: no cell recorded a cold start")
+    if len(bars) > MAX_BARS:
+        caption += f" First {MAX_BARS} of {len(bars)} cells."
+        bars = bars[:MAX_BARS]
+    made = _figure(8.0, 1.2 + 0.32 * len(bars))
+    if isinstance(made, str):
+        return Plot("cold-start", title, caption, note=made)
+    fig, _ = made
+    ax = fig.subplots()
+    ys = list(range(len(bars)))[::-1]
+    left = [0.0] * len(bars)
+    for pi, (_, phase) in enumerate(COLD_START):
+        widths = [b[1][pi] * 1e3 for b in bars]
+        ax.barh(ys, widths, 0.7, left=left, color=PHASE_COLOURS[pi], label=phase)
+        left = [lft + w for lft, w in zip(left, widths, strict=True)]
+    ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
+    ax.set_xlabel("ms")
+    fig.legend(fontsize=8, frameon=False, ncols=4, loc="outside upper center")
+    _style(ax)
+    ax.grid(axis="x", color="#e5e5e5", linewidth=0.6)
+    return Plot("cold-start", title, caption, _svg(fig, "cold-start", title))
+
+
+def upgrade_ratios(ratios: Sequence[Ratio], baseline: str, candidate: str) -> Plot:
+    """Candidate / baseline per compared value, log scale, coloured by diff class."""
+    title = f"{candidate} against {baseline}"
+    caption = (
+        "Ratio candidate / baseline per cell and metric (log scale); colour: diff class. "
+        "Right of 1 is larger — better for throughput, worse for time and memory."
+    )
+    pts = [r for r in ratios if math.isfinite(r.ratio) and r.ratio > 0]
+    if not pts:
+        return Plot("upgrade", title, caption, note="no data: no value measured in both runs")
+    if len(pts) > MAX_BARS:
+        caption += f" First {MAX_BARS} of {len(pts)} values (regressions first)."
+        pts = pts[:MAX_BARS]
+    made = _figure(8.0, 1.2 + 0.28 * len(pts))
+    if isinstance(made, str):
+        return Plot("upgrade", title, caption, note=made)
+    fig, _ = made
+    ax = fig.subplots()
+    ys = list(range(len(pts)))[::-1]
+    ax.axvline(1.0, color="#555", linewidth=0.8)
+    ax.hlines(ys, 1.0, [p.ratio for p in pts], color="#ccc", linewidth=1.0)
+    for cls in dict.fromkeys(p.cls for p in pts):
+        sel = [(y, p.ratio) for y, p in zip(ys, pts, strict=True) if p.cls == cls]
+        ax.plot(
+            [s[1] for s in sel],
+            [s[0] for s in sel],
+            "o",
+            linestyle="none",
+            color=CLASS_COLOURS.get(cls, "#555"),
+            label=cls,
+            markersize=5,
+        )
+    lo = min(min(p.ratio for p in pts), 0.8)
+    hi = max(max(p.ratio for p in pts), 1.25)
+    ax.set_xscale("log")
+    ax.set_xlim(lo / 1.1, hi * 1.1)
+    grid = RATIO_TICKS if hi / lo < 4 else RATIO_TICKS_WIDE
+    ticks = [t for t in grid if lo / 1.1 <= t <= hi * 1.1]
+    ax.set_xticks(ticks, [f"{t:g}×" for t in ticks])
+    ax.set_xticks([], minor=True)
+    ax.set_yticks(ys, [p.label for p in pts], fontsize=8)
+    ax.set_xlabel("candidate / baseline")
+    fig.legend(
+        fontsize=8,
+        frameon=False,
+        ncols=7,
+        loc="outside upper center",
+        title="class",
+        title_fontsize=8,
+    )
+    _style(ax)
+    return Plot("upgrade", title, caption, _svg(fig, "upgrade", title))

@@ -1,0 +1,677 @@
+"""View models for the report: plain data the template lays out, built from run records.
+
+Nothing here formats HTML; every string is escaped by the template. Each value carries its
+source (the metric's own ``source``, or ``machine`` / ``matrix`` / ``evidence`` for values the
+report summarises from the run's provenance, its cells' outcomes or the runtime's own evidence),
+and an unavailable value carries its reason as a numbered footnote.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtmatrix.outcome import Source, Verdict
+
+# Where a shown value came from: the metric sources, plus what the report derives itself.
+SOURCES: dict[str, tuple[str, str]] = {
+    Source.RUNTIME_COUNTER: ("rc", "the runtime's own counters"),
+    Source.HARNESS_CLOCK: ("hc", "rtmatrix's clock around the runtime call"),
+    Source.OS_ACCOUNTING: ("os", "operating-system accounting (RSS, ru_maxrss)"),
+    Source.PACKAGE_METADATA: ("pkg", "the installed distribution's metadata"),
+    Source.MODELLED: ("≈", "modelled, not measured"),
+    Source.UNAVAILABLE: ("n/a", "unavailable: the reason is on hover and in the notes"),
+    "machine": ("host", "the host probe of the run (platform, /proc/cpuinfo)"),
+    "matrix": ("mx", "summarised from the cells' outcomes and parameters"),
+    "evidence": ("ev", "reported by the runtime (log lines, device lists, placement)"),
+}
+# The canonical fixture family is one llama-architecture decoder (fixtures/model.py).
+FIXTURE_ARCH = "llama"
+MAX_LISTED = 6  # per-cell values listed in a selection entry before it shows a range instead
+COLD_START = (
+    ("cold_start_process_s", "process"),
+    ("cold_start_import_s", "import"),
+    ("cold_start_load_s", "load"),
+    ("cold_start_first_token_s", "first token"),
+)
+VERDICT_ORDER = (Verdict.FAIL, Verdict.WARN, Verdict.PASS, Verdict.UNAVAILABLE)
+
+
+def fmt_value(metric: dict[str, Any]) -> str:
+    """A metric's value in its unit, for people."""
+    value, unit = metric.get("value"), metric.get("unit", "")
+    if value is None:
+        return "unavailable"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if unit == "bytes":
+        return f"{value / 2**20:.1f} MiB"
+    if unit == "s":
+        return f"{value * 1e3:.2f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    if unit == "tokens/s":
+        return f"{value:,.0f}"
+    return f"{value:g} {unit}".strip()
+
+
+class Notes:
+    """Numbered footnotes, one per distinct reason."""
+
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def number(self, reason: str) -> int:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        return self.reasons.index(reason) + 1
+
+
+@dataclass(frozen=True)
+class Value:
+    """One shown value: text, source marker, hover text, footnote number when unavailable."""
+
+    text: str
+    source: str
+    title: str = ""
+    note: int | None = None
+    css: str = ""
+
+    @property
+    def mark(self) -> str:
+        return SOURCES.get(self.source, (self.source, ""))[0]
+
+    @property
+    def unavailable(self) -> bool:
+        return self.note is not None
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str
+    value: Value
+
+
+@dataclass(frozen=True)
+class Item:
+    """One line of a selection entry: an optional label (which cell) and its values."""
+
+    label: str
+    parts: tuple[Part, ...]
+
+
+@dataclass
+class Column:
+    """One runtime row of one run: a column of the selection matrix and of the fixture grid."""
+
+    run_index: int
+    run: dict[str, Any]
+    runtime: str
+    info: dict[str, Any]
+    cells: list[tuple[str, dict[str, Any]]]  # (evidence anchor id, cell)
+    headline: dict[str, Any] | None = None  # the params its selection values are read at
+
+    @property
+    def version(self) -> str:
+        return str(self.info.get("version") or "not installed")
+
+    @property
+    def label(self) -> str:
+        return f"{self.runtime} {self.version}"
+
+    @property
+    def headline_text(self) -> str:
+        return params_text(self.headline) if self.headline else ""
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    help: str
+    entries: list[list[Item]]  # one per column
+
+
+@dataclass(frozen=True)
+class GridRow:
+    key: str
+    label: str
+    detail: str
+    cells: list[tuple[str, dict[str, Any]] | None]  # one per column
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    """Evidence is free-form: a mapping where one is expected, else nothing."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: Any) -> list[Any]:
+    """Evidence is free-form: a list where one is expected (a lone value becomes one item)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [] if value in (None, "", {}) else [value]
+
+
+def unavailable(reason: str, notes: Notes, text: str = "unavailable") -> Value:
+    return Value(text, Source.UNAVAILABLE, reason, notes.number(reason), "na")
+
+
+def metric_value(metric: dict[str, Any] | None, notes: Notes, name: str = "") -> Value:
+    """A metric dict -> Value with its source; hover shows method and spread."""
+    if metric is None:
+        return unavailable(f"the cell recorded no {name or 'value'}", notes, "—")
+    if metric.get("value") is None:
+        return unavailable(str(metric.get("reason") or "no reason recorded"), notes)
+    hover = [str(metric[k]) for k in ("method", "field") if metric.get(k)]
+    stats = metric.get("stats")
+    if isinstance(stats, dict) and stats.get("n"):
+        lo, hi = (
+            fmt_value(metric | {"value": stats["min"]}),
+            fmt_value(metric | {"value": stats["max"]}),
+        )
+        hover.append(f"median of n={stats['n']} (min {lo}, max {hi})")
+    source = str(metric.get("source"))
+    css = "modelled" if source == Source.MODELLED else ""
+    return Value(fmt_value(metric), source, "; ".join(hover), None, css)
+
+
+# --- columns and labels --------------------------------------------------------------------
+
+
+def anchor(run_index: int, cell_index: int) -> str:
+    return f"ev-{run_index}-{cell_index}"
+
+
+def columns(runs: list[dict[str, Any]]) -> list[Column]:
+    """One column per runtime row of each run, in run order, then matrix order."""
+    cols = []
+    for ri, run in enumerate(runs):
+        names = list(run.get("runtimes", {}))
+        names += [c["runtime"] for c in run["cells"] if c["runtime"] not in names]
+        for name in dict.fromkeys(names):
+            cells = [
+                (anchor(ri, ci), c) for ci, c in enumerate(run["cells"]) if c["runtime"] == name
+            ]
+            cols.append(Column(ri, run, name, run.get("runtimes", {}).get(name, {}), cells))
+    shared = common_params(c for col in cols for c in _normal(col))
+    for col in cols:
+        own = _normal(col)
+        col.headline = shared if any(c["params"] == shared for c in own) else common_params(own)
+    return cols
+
+
+def row_key(cell: dict[str, Any]) -> str:
+    """The cell's key without its runtime: the same fixture and params across runtimes."""
+    key = str(cell["key"])
+    return key.split("|", 1)[1] if "|" in key else key
+
+
+def fixture_label(cell: dict[str, Any]) -> str:
+    fx = cell["fixture"]
+    text = str(fx.get("name"))
+    if fx.get("dtype"):
+        text += f"/{fx['dtype']}"
+    if fx.get("variant") and str(fx["variant"]) not in str(fx.get("name")):
+        text += f" +{fx['variant']}"
+    return text
+
+
+def distinct_labels(cells: list[dict[str, Any]], prefix: list[str]) -> list[str]:
+    """``prefix[i]`` + fixture label, plus the params that tell same-labelled cells apart."""
+    base = [f"{p}{fixture_label(c)}" for p, c in zip(prefix, cells, strict=True)]
+    out = []
+    for label, cell in zip(base, cells, strict=True):
+        twins = [c for b, c in zip(base, cells, strict=True) if b == label]
+        vary = varying_params(twins)
+        out.append(f"{label} {params_label(cell, vary)}" if vary else label)
+    return out
+
+
+def varying_params(cells: Iterable[dict[str, Any]]) -> list[str]:
+    seen: dict[str, set[Any]] = {}
+    for c in cells:
+        for k, v in c["params"].items():
+            seen.setdefault(k, set()).add(v)
+    return [k for k, vals in seen.items() if len(vals) > 1]
+
+
+PARAM_NAMES = {"n_ctx": "ctx", "prompt_tokens": "prompt", "gen_tokens": "gen"}
+
+
+def params_text(params: dict[str, Any], keys: Iterable[str] | None = None) -> str:
+    return " ".join(
+        f"{PARAM_NAMES.get(k, k)} {params[k]}"
+        for k in (params if keys is None else keys)
+        if k in params
+    )
+
+
+def params_label(cell: dict[str, Any], keys: Iterable[str] | None = None) -> str:
+    return params_text(cell["params"], keys)
+
+
+def cell_label(cell: dict[str, Any], vary: list[str]) -> str:
+    label = fixture_label(cell)
+    return f"{label} {params_label(cell, vary)}" if vary else label
+
+
+# --- the selection matrix ------------------------------------------------------------------
+
+
+def normal_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Cells of fixtures expected to run (no failing-model variant, no expected error)."""
+    return [c for c in cells if not c["fixture"].get("variant") and c.get("expect", "ok") == "ok"]
+
+
+def _normal(col: Column) -> list[dict[str, Any]]:
+    return normal_cells(c for _, c in col.cells)
+
+
+def common_params(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The params most cells share (first seen wins a tie): where runtimes and dtypes compare."""
+    counts: dict[str, tuple[int, dict[str, Any]]] = {}
+    for c in cells:
+        k = repr(sorted(c["params"].items()))
+        counts[k] = (counts.get(k, (0, c["params"]))[0] + 1, c["params"])
+    return max(counts.values(), key=lambda t: t[0])[1] if counts else None
+
+
+def _headline(col: Column) -> list[dict[str, Any]]:
+    """The column's ordinary cells at its headline params: one per fixture and dtype."""
+    return [c for c in _normal(col) if c["params"] == col.headline]
+
+
+def _per_cell(
+    col: Column, notes: Notes, parts: Callable[[dict[str, Any]], list[Part]], what: str
+) -> list[Item]:
+    cells = _headline(col)
+    if not cells:
+        return [Item("", (Part("", _no_cells(col, notes, what)),))]
+    vary = varying_params(cells)
+    items = [Item(cell_label(c, vary), tuple(parts(c))) for c in cells]
+    if len({tuple(p.value for p in it.parts) for it in items}) == 1:
+        return [Item("", items[0].parts)]  # the same everywhere (e.g. one unavailable reason)
+    if len(items) > MAX_LISTED:
+        return _ranges(items, len(cells))
+    return items
+
+
+def _ranges(items: list[Item], n: int) -> list[Item]:
+    """Too many cells to list: the range of each part, naming the cells at either end."""
+    out = []
+    for i, part in enumerate(items[0].parts):
+        shown = [(it.label, it.parts[i].value) for it in items if not it.parts[i].value.unavailable]
+        if not shown:
+            out.append(Item("", (part,)))
+            continue
+        text = f"{shown[0][1].text} … {shown[-1][1].text}" if len(shown) > 1 else shown[0][1].text
+        title = "; ".join(f"{label}: {v.text}" for label, v in shown)
+        value = Value(text, shown[0][1].source, title)
+        out.append(Item(f"{len(shown)} of {n} cells", (Part(part.name, value),)))
+    return out
+
+
+def _no_cells(col: Column, notes: Notes, what: str) -> Value:
+    if col.info.get("error"):
+        return unavailable(f"{col.runtime}: {col.info['error']}", notes)
+    if not col.cells:
+        return unavailable(f"{col.runtime} has no cells in run {col.run['run_id']}", notes)
+    return unavailable(f"{col.runtime} ran only failing-model variants: no {what}", notes)
+
+
+def _first_metric(col: Column, key: str, notes: Notes) -> list[Item]:
+    """A per-runtime metric (package size, license): the distinct values over its cells."""
+    values = list(
+        dict.fromkeys(metric_value(c["metrics"].get(key), notes, key) for _, c in col.cells)
+    )
+    measured = [v for v in values if not v.unavailable]
+    if not values:
+        return [Item("", (Part("", _no_cells(col, notes, key)),))]
+    return [Item("", (Part("", v),)) for v in (measured or values[:1])]
+
+
+def _os_chip(col: Column, notes: Notes) -> list[Item]:
+    m = col.run.get("machine", {})
+    ram = f"{m['ram_bytes'] / 2**30:.1f} GiB" if m.get("ram_bytes") else "? GiB"
+    host = Value(
+        f"{m.get('os_release') or m.get('os', '?')} · {m.get('arch', '?')} · "
+        f"{m.get('cpu_model') or '?'} · {m.get('cores_logical', '?')} cores · {ram}",
+        "machine",
+        f"kernel {m.get('kernel')}; ISA features: {', '.join(m.get('cpu_features') or [])}; "
+        f"Python {m.get('python')}",
+    )
+    items = [Item("", (Part("", host),))]
+    if isinstance(m.get("gpus"), list):
+        names = [str(g.get("name") or g.get("vendor")) for g in m["gpus"] if isinstance(g, dict)]
+        how = str(m.get("gpu_detection") or "")
+        value = Value(", ".join(names) or "none found", "machine", how)
+        items.append(Item("GPUs", (Part("", value),)))
+    devices = []
+    for _, c in col.cells:
+        for d in as_list(c["evidence"].get("devices")):
+            if isinstance(d, dict):
+                text = str(d.get("name") or d.get("error") or d)
+                text += f" ({d['description']})" if d.get("description") else ""
+                devices.append(text)
+            else:
+                devices.append(str(d))
+    if devices:
+        value = Value(", ".join(dict.fromkeys(devices)), "evidence", "devices the runtime lists")
+        items.append(Item("devices", (Part("", value),)))
+    return items
+
+
+def _architecture(col: Column, notes: Notes) -> list[Item]:
+    archs: dict[str, list[str]] = {}
+    for _, c in col.cells:
+        fx = c["fixture"]
+        arch = c["evidence"].get("architecture")
+        if arch is None and fx.get("model") and fx.get("variant") is None:
+            arch = FIXTURE_ARCH
+        if arch is None or c["verdict"] == Verdict.UNAVAILABLE:
+            continue
+        archs.setdefault(str(arch), []).append(f"{fixture_label(c)}: {c['verdict']}")
+    if not archs:
+        return [Item("", (Part("", _no_cells(col, notes, "canonical-fixture cells")),))]
+    items = []
+    for arch, seen in archs.items():
+        ok = sum(1 for s in seen if s.endswith(Verdict.PASS))
+        text = f"{arch} ({ok}/{len(seen)} cells PASS)"
+        items.append(Item("", (Part("", Value(text, "matrix", "; ".join(seen))),)))
+    for _, c in col.cells:
+        if c["fixture"].get("variant") == "unknown-arch":
+            text = f"unknown architecture → {c['outcome']['status']} ({c['verdict']})"
+            value = Value(text, "matrix", str(c["outcome"].get("message", "")))
+            items.append(Item("", (Part("", value),)))
+    return items
+
+
+def _max_context(col: Column, notes: Notes) -> list[Item]:
+    cells = _normal(col)
+    passed = [c["params"].get("n_ctx") for c in cells if c["verdict"] == Verdict.PASS]
+    tried = [c["params"].get("n_ctx") for c in cells]
+    ctx_ok = [n for n in passed if isinstance(n, int)]
+    ctx_tried = [n for n in tried if isinstance(n, int)]
+    if not ctx_ok:
+        why = "no cell passed" if ctx_tried else "no cell set n_ctx"
+        return [Item("", (Part("", unavailable(f"{col.runtime}: {why}", notes)),))]
+    text = f"{max(ctx_ok)} tokens"
+    title = f"largest n_ctx that passed; tried {sorted(set(ctx_tried))}"
+    if max(ctx_tried) == max(ctx_ok):
+        title += " (the limit may be higher: no larger context was tried)"
+    return [Item("", (Part("", Value(text, "matrix", title)),))]
+
+
+def _quant(col: Column, notes: Notes) -> list[Item]:
+    by_dtype: dict[str, list[dict[str, Any]]] = {}
+    for c in _normal(col):
+        by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
+    if not by_dtype:
+        return [Item("", (Part("", _no_cells(col, notes, "quantization")),))]
+    items = []
+    for dtype, cells in by_dtype.items():
+        verdicts = [str(c["verdict"]) for c in cells]
+        worst = next((v for v in VERDICT_ORDER if v in verdicts), Verdict.UNAVAILABLE)
+        detail = "; ".join(
+            f"{fixture_label(c)} {params_label(c)}: {c['outcome']['status']}" for c in cells
+        )
+        value = Value(f"{worst}", "matrix", detail, None, f"v-{worst}")
+        items.append(Item(dtype, (Part("", value),)))
+    return items
+
+
+def _cold_start(col: Column, notes: Notes) -> list[Item]:
+    cells = [c for c in _headline(col) if c["metrics"].get("cold_start_total_s", {}).get("value")]
+    if not cells:
+        why = "no cell reached its first token"
+        total = [c["metrics"].get("cold_start_total_s") for c in _headline(col)]
+        reasons = [str(m.get("reason")) for m in total if m and m.get("reason")]
+        reason = reasons[0] if reasons else why
+        return [Item("", (Part("", unavailable(f"{col.runtime}: {reason}", notes)),))]
+    ref = cells[0]
+    parts = [Part(label, metric_value(ref["metrics"].get(k), notes, k)) for k, label in COLD_START]
+    parts.append(Part("total", metric_value(ref["metrics"]["cold_start_total_s"], notes)))
+    items = [Item(fixture_label(ref), tuple(parts))]
+    if len(cells) > 1:
+        totals = [c["metrics"]["cold_start_total_s"] for c in cells]
+        lo = min(totals, key=lambda m: float(m["value"]))
+        hi = max(totals, key=lambda m: float(m["value"]))
+        span = f"{fmt_value(lo)} … {fmt_value(hi)}" if lo is not hi else fmt_value(lo)
+        value = Value(span, str(lo["source"]))
+        items.append(Item(f"total over {len(cells)} cells", (Part("", value),)))
+    return items
+
+
+def _metric_row(*keys: tuple[str, str], what: str) -> Callable[[Column, Notes], list[Item]]:
+    def entry(col: Column, notes: Notes) -> list[Item]:
+        def parts(cell: dict[str, Any]) -> list[Part]:
+            return [Part(lb, metric_value(cell["metrics"].get(k), notes, k)) for k, lb in keys]
+
+        return _per_cell(col, notes, parts, what)
+
+    return entry
+
+
+def _facilities(col: Column, notes: Notes) -> list[Item]:
+    found: list[str] = []
+    for _, c in col.cells:
+        fac = c["evidence"].get("debug_facilities")
+        if isinstance(fac, dict):
+            found += [k if v is True else f"{k}: {v}" for k, v in fac.items() if v is not False]
+        elif isinstance(fac, list | tuple):
+            found += [str(f) for f in fac]
+        elif fac:
+            found.append(str(fac))
+    if found:
+        value = Value(", ".join(dict.fromkeys(found)), "evidence", "probed by the adapter")
+        return [Item("", (Part("", value),))]
+    captured = sorted({k for _, c in col.cells for k, v in c["evidence"].items() if v})
+    why = f"the {col.runtime} adapter reports no debug_facilities"
+    why += f"; evidence captured: {', '.join(captured)}" if captured else ""
+    return [Item("", (Part("", unavailable(why, notes, "not reported")),))]
+
+
+def _placement(col: Column, notes: Notes) -> list[Item]:
+    layers: dict[str, int] = {}
+    fallbacks, placed = [], []
+    for _, c in col.cells:
+        ev = c["evidence"]
+        for dev, n in as_dict(ev.get("layer_placement")).items():
+            if isinstance(n, int | float):
+                layers[dev] = max(layers.get(dev, 0), int(n))
+        pl = ev.get("placement")
+        if isinstance(pl, dict):
+            placed.append(c)
+            if pl.get("fallback"):
+                fallbacks.append(
+                    f"{fixture_label(c)}: asked {pl.get('requested')}, "
+                    f"used {pl.get('used')}" + (f" ({pl['detail']})" if pl.get("detail") else "")
+                )
+    items = []
+    if layers:
+        text = ", ".join(f"{dev} ×{n}" for dev, n in layers.items())
+        items.append(Item("layers", (Part("", Value(text, "evidence", "from the load log")),)))
+    if placed:
+        text = f"in {len(fallbacks)} of {len(placed)} cells" if fallbacks else "none"
+        css = "v-FAIL" if fallbacks else ""
+        value = Value(text, "evidence", "; ".join(fallbacks) or "ran where asked", None, css)
+        items.append(Item("fallback", (Part("", value),)))
+    if not items:
+        why = f"the {col.runtime} adapter reports no placement evidence"
+        items.append(Item("", (Part("", unavailable(why, notes)),)))
+    return items
+
+
+def _outcomes(col: Column, notes: Notes) -> list[Item]:
+    if not col.cells:
+        return [Item("", (Part("", _no_cells(col, notes, "cells")),))]
+    counts: dict[str, int] = {}
+    for _, c in col.cells:
+        counts[str(c["verdict"])] = counts.get(str(c["verdict"]), 0) + 1
+    return [
+        Item("", (Part("", Value(f"{counts[v]} {v}", "matrix", "", None, f"v-{v}")),))
+        for v in VERDICT_ORDER
+        if v in counts
+    ]
+
+
+def _parity(col: Column, notes: Notes) -> list[Item]:
+    def parts(cell: dict[str, Any]) -> list[Part]:
+        return [Part("", parity_value(cell["parity"], notes))]
+
+    return _per_cell(col, notes, parts, "parity")
+
+
+def parity_value(par: dict[str, Any], notes: Notes) -> Value:
+    if par.get("status") != "measured":
+        return unavailable(str(par.get("reason") or "no reason recorded"), notes)
+    err = par.get("max_abs_logit_err")
+    err_text = f"{err:.2g}" if isinstance(err, int | float) else "n/a"
+    text = f"{par.get('tokens_agree')}/{par.get('tokens_compared')} tok"
+    title = (
+        f"tokens agreeing before the first divergence ({par.get('first_divergence')}); "
+        f"max|Δlogit| {err_text} (tolerance {par.get('logit_tolerance')})"
+    )
+    css = "" if par.get("within_tolerance") else "v-FAIL"
+    return Value(text, "matrix", title, None, css)
+
+
+ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
+    ("verdicts", "cells by verdict (fixture expectation applied)", _outcomes),
+    ("OS / chip", "the run's host and the devices the runtime lists", _os_chip),
+    (
+        "architecture",
+        "model architectures run, and the unknown-architecture fixture",
+        _architecture,
+    ),
+    ("max context", "largest n_ctx that passed", _max_context),
+    ("quantization", "formats tried and their worst verdict", _quant),
+    (
+        "package size",
+        "bytes of the distribution's files",
+        lambda col, n: _first_metric(col, "package_size_bytes", n),
+    ),
+    ("cold start", "spawn → first token, split (one cell; plot for all)", _cold_start),
+    (
+        "peak memory",
+        "ru_maxrss of the worker and sampled tree RSS",
+        _metric_row(
+            ("peak_rss_os_bytes", "OS"), ("peak_rss_sampled_bytes", "sampled"), what="memory"
+        ),
+    ),
+    (
+        "PP / TG tok/s",
+        "prefill and decode throughput: harness clock and runtime counters",
+        _metric_row(
+            ("pp_tps", "PP"),
+            ("pp_tps_counter", "PP ctr"),
+            ("tg_tps", "TG"),
+            ("tg_tps_counter", "TG ctr"),
+            what="throughput",
+        ),
+    ),
+    (
+        "TTFT / TPOT",
+        "time to first token; time per output token, p90",
+        _metric_row(
+            ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("token_latency_p90_s", "p90"), what="latency"
+        ),
+    ),
+    (
+        "power",
+        "mean power and energy per cell",
+        _metric_row(("power_w", "power"), ("energy_j", "energy"), what="power"),
+    ),
+    (
+        "license",
+        "from the distribution's metadata",
+        lambda col, n: _first_metric(col, "license", n),
+    ),
+    ("parity", "greedy tokens agreeing with the numpy reference", _parity),
+    ("debugging", "debug facilities the runtime offers (probed)", _facilities),
+    ("placement / fallback", "where layers ran; whether work fell back", _placement),
+)
+
+
+def selection(cols: list[Column], notes: Notes) -> list[Row]:
+    return [Row(label, help_, [build(col, notes) for col in cols]) for label, help_, build in ROWS]
+
+
+# --- the fixture grid ----------------------------------------------------------------------
+
+
+def grid(cols: list[Column]) -> list[GridRow]:
+    """Rows: each fixture × params seen in any column; a cell per column (or None)."""
+    keys: dict[str, dict[str, Any]] = {}
+    for col in cols:
+        for _, c in col.cells:
+            keys.setdefault(row_key(c), c)
+    vary = varying_params(keys.values())
+    rows = []
+    for key, sample in keys.items():
+        by_col = [next(((a, c) for a, c in col.cells if row_key(c) == key), None) for col in cols]
+        detail = f"expect {sample.get('expect', 'ok')}"
+        rows.append(GridRow(key, cell_label(sample, vary), detail, by_col))
+    return rows
+
+
+# --- evidence ------------------------------------------------------------------------------
+
+KNOWN_EVIDENCE = {
+    "stderr_tail",
+    "stdout_tail",
+    "traceback_tail",
+    "log_excerpt",
+    "log_tail",
+    "warnings",
+    "layer_placement",
+    "placement",
+    "devices",
+    "system_info",
+    "manifest",
+    "debug_facilities",
+}
+
+
+def other_evidence(evidence: dict[str, Any]) -> dict[str, str]:
+    """Evidence entries without a panel of their own, as readable JSON."""
+    return {
+        k: v if isinstance(v, str) else json.dumps(v, indent=1, sort_keys=True, default=str)
+        for k, v in evidence.items()
+        if k not in KNOWN_EVIDENCE and v not in (None, "", [], {})
+    }
+
+
+def flat_items(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """A nested manifest as (dotted key, value) rows."""
+    if isinstance(data, dict):
+        rows = []
+        for k, v in data.items():
+            rows += flat_items(v, f"{prefix}.{k}" if prefix else str(k))
+        return rows
+    if isinstance(data, list) and data and all(isinstance(x, dict) for x in data):
+        rows = []
+        for i, v in enumerate(data):
+            rows += flat_items(v, f"{prefix}[{i}]")
+        return rows
+    return [(prefix or "value", data if isinstance(data, str) else json.dumps(data, default=str))]
+
+
+@dataclass
+class Summary:
+    """Counts for the page header."""
+
+    runs: int
+    columns: int
+    cells: int
+    verdicts: dict[str, int] = field(default_factory=dict)
+
+
+def summary(runs: list[dict[str, Any]], cols: list[Column]) -> Summary:
+    out = Summary(len(runs), len(cols), sum(len(r["cells"]) for r in runs))
+    for r in runs:
+        for c in r["cells"]:
+            out.verdicts[str(c["verdict"])] = out.verdicts.get(str(c["verdict"]), 0) + 1
+    return out
