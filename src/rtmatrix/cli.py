@@ -60,9 +60,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         resume=resume,
     )
     record = load_run(path)
-    print(f"rtmatrix: wrote {path}")
-    if not args.no_report:
-        print(f"rtmatrix: wrote {render_report([record], Path(args.report))}")
     outcomes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
     for c in record["cells"]:
@@ -70,6 +67,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         verdicts[c["verdict"]] = verdicts.get(c["verdict"], 0) + 1
     print("rtmatrix: outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
     print("rtmatrix: verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
+    print(f"rtmatrix: wrote {path}")
+    if not args.no_report:  # the report's path is the last line, for people and scripts
+        print(f"rtmatrix: wrote {render_report([record], Path(args.report)).resolve()}")
     failed = verdicts.get("FAIL", 0)
     return EXIT_NOT_OK if (failed and args.strict) else EXIT_OK
 
