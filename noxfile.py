@@ -181,3 +181,10 @@ def upgrade(session: nox.Session) -> None:
         "rtmatrix", "gate", base, cand, *flags,
         "--junit", str(out / "gate.xml"), "--markdown", str(out / "gate.md"),
     )  # fmt: skip
+
+
+@nox.session(python=PYTHON)
+def serve(session: nox.Session) -> None:
+    """Lifecycle matrix (stream, cancel, serve): llama-cpp-python with its server extras."""
+    session.install("-e", ".[llama-cpp,llama-cpp-server]", env=BUILD_ENV)
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/lifecycle.toml"))

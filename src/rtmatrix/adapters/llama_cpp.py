@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -42,6 +42,7 @@ class LlamaCppAdapter(Adapter):
         self._log: list[tuple[str, str]] = []
         self._partial = ""
         self._log_cb: Any = None
+        self._abort_cb: Any = None
 
     # -- runtime -------------------------------------------------------------------------------
     def import_runtime(self) -> str:
@@ -140,6 +141,107 @@ class LlamaCppAdapter(Adapter):
             "tg_tokens": float(perf.n_eval),
             "load_ms": float(perf.t_load_ms),
         }
+
+    # -- lifecycle (stream, cancel) -------------------------------------------------------------
+    def stream_completion(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        banned: Sequence[int],
+        on_token: Callable[[], bool],
+    ) -> Iterator[dict[str, Any]]:
+        """llama-cpp-python's own streaming API over token ids: ``Llama.create_completion(prompt=
+        ids, stream=True)``, greedy (temperature 0), ``banned`` ids masked by ``logit_bias``.
+
+        ``on_token`` is called by the runtime's loop right after each token is sampled (through a
+        ``StoppingCriteria``, the binding's per-token stop hook); returning True stops the request
+        there (that token is sampled but never yielded). Closing the returned iterator closes the
+        stream. Chunks are the binding's text chunks: a byte token that does not complete a UTF-8
+        character is held back, so a chunk can carry several tokens. The sequence state is
+        released first: every stream is a fresh request (no prefix reuse)."""
+        lib = self._lib
+        seen = [len(prompt) - 1]
+
+        def _hook(ids: Any, _logits: Any) -> bool:
+            # generate() calls it once per sampled token with the ids so far (one longer each
+            # time); create_completion calls it once more at the end with the evaluated ids
+            # (shorter): only the per-token calls count
+            if len(ids) <= seen[0]:
+                return False
+            seen[0] = len(ids)
+            return bool(on_token())
+
+        self.release_sequence()
+        chunks: Iterator[dict[str, Any]] = self._llm.create_completion(
+            prompt=list(prompt),
+            max_tokens=max_tokens,
+            stream=True,
+            temperature=0.0,
+            logit_bias={int(t): float("-inf") for t in banned},
+            stopping_criteria=lib.StoppingCriteriaList([_hook]),
+        )
+        return chunks
+
+    def sequence_tokens(self) -> list[int]:
+        """The token ids the high-level ``Llama`` object holds evaluated (prompt + generated, the
+        last sampled token excluded: it is never evaluated)."""
+        return [int(t) for t in self._llm._input_ids[: self._llm.n_tokens]]
+
+    def release_sequence(self) -> None:
+        """Give back the sequence state: clear llama.cpp's memory (KV cells) and the high-level
+        object's token bookkeeping (``Llama.reset``), which would otherwise reuse the prefix."""
+        self.reset()
+        self._llm.reset()
+
+    def memory_state(self) -> dict[str, int]:
+        """The runtime's own view of the context state: ``llama_state_get_size`` (bytes a state
+        save would write: grows with the KV cells in use), the highest KV position of sequence 0
+        (-1 when empty) and the binding's evaluated-token count."""
+        lib = self._lib
+        mem = lib.llama_get_memory(self._ctx)
+        return {
+            "state_bytes": int(lib.llama_state_get_size(self._ctx)),
+            "kv_pos_max": int(lib.llama_memory_seq_pos_max(mem, 0)),
+            "n_tokens": int(self._llm.n_tokens),
+        }
+
+    def text_of(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens`` (BOS and other control tokens render as nothing)."""
+        raw: bytes = self._llm.detokenize(list(tokens))
+        return raw.decode("utf-8", errors="replace")
+
+    def byte_token_ids(self) -> list[int]:
+        """Ids of the vocabulary's byte-fallback tokens (``LLAMA_TOKEN_ATTR_BYTE``)."""
+        lib = self._lib
+        vocab = lib.llama_model_get_vocab(self._llm.model)
+        n = int(lib.llama_vocab_n_tokens(vocab))
+        byte = int(lib.LLAMA_TOKEN_ATTR_BYTE)
+        return [i for i in range(n) if int(lib.llama_vocab_get_attr(vocab, i)) & byte]
+
+    def set_abort(self, should_abort: Callable[[], bool] | None) -> None:
+        """Install (or with None remove) llama.cpp's abort callback, polled between graph nodes
+        of ``llama_decode``: returning True aborts the running decode (it returns 2)."""
+        lib = self._lib
+        if should_abort is None:
+            lib.llama_set_abort_callback(self._ctx, lib.ggml_abort_callback(), None)
+            self._abort_cb = None
+            return
+
+        @lib.ggml_abort_callback  # type: ignore[untyped-decorator]
+        def _cb(_data: Any) -> bool:
+            return bool(should_abort())
+
+        self._abort_cb = _cb  # keep a reference: ctypes does not
+        lib.llama_set_abort_callback(self._ctx, _cb, None)
+
+    def decode_status(self, tokens: Sequence[int]) -> int:
+        """``llama_decode`` on one batch, synchronized; its return code instead of an exception
+        (0 ok, 1 no KV slot, 2 aborted, <0 error)."""
+        lib = self._lib
+        arr = (lib.llama_token * len(tokens))(*tokens)
+        rc = int(lib.llama_decode(self._ctx, lib.llama_batch_get_one(arr, len(tokens))))
+        lib.llama_synchronize(self._ctx)
+        return rc
 
     # -- evidence ------------------------------------------------------------------------------
     def _devices(self) -> list[dict[str, Any]]:
