@@ -427,6 +427,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         "dtype": cell.fixture.dtype,
         "model": cell.fixture.model,
         "variant": cell.fixture.variant,
+        "scenario": cell.fixture.scenario,
         "container": info.get("container"),
         "path": None,
         "sha256": None,
@@ -457,7 +458,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     except (FixtureError, ValueError, OSError) as exc:
         outcome = {"status": Status.ERROR, "phase": "fixture", "message": str(exc)}
         return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
-    base["fixture"] = fx.to_dict()
+    base["fixture"] = fx.to_dict() | {"scenario": cell.fixture.scenario}
     cgroup = None
     if cell.run["memory_cgroup_mb"]:
         try:
@@ -614,6 +615,7 @@ def plan_cells(
 ) -> tuple[list[Cell], list[dict[str, str]]]:
     """The cells to run, and the combinations a runtime's format cannot express (skipped)."""
     cells, skipped = [], []
+    skip = {rt.name: rt.skip_variants for rt in matrix.runtimes}
     for cell in matrix.cells():
         if only is not None and not only(cell):
             continue
@@ -621,6 +623,8 @@ def plan_cells(
         why = None
         if container and cell.fixture.path is None:
             why = unsupported(str(container), cell.fixture.dtype, cell.fixture.variant)
+        if cell.fixture.variant in skip.get(cell.runtime, ()):
+            why = f"the {cell.runtime} row declares variant {cell.fixture.variant!r} not applicable"
         if why:
             skipped.append({"key": cell.key, "reason": why})
         else:

@@ -131,6 +131,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
     try:
         events.phase(phase)
         adapter = load_adapter_class(job["adapter"])()
+        adapter.configure(job.get("options", {}))
         phase = "import"
         events.phase(phase)
         result["runtime_version"] = adapter.import_runtime()

@@ -224,3 +224,353 @@ def upgraded_run() -> dict[str, Any]:
         if cell["key"].startswith("llama_cpp|tiny/q4_0"):
             _failed(cell, "wrong-output", "parity broken: 0/24 tokens agree", "FAIL")
     return run
+
+
+# --- lifecycle scenario cells ---------------------------------------------------------------
+# Their metrics come from the scenarios' own ``scenario_metrics`` on made-up scenario results, so
+# a renamed metric breaks these tests rather than silently emptying the lifecycle panel.
+
+LEAK_TOLERANCE = 1024 * 1024
+
+
+def _scenario_cell(base: dict[str, Any], name: str, scenario: str, result: dict[str, Any]) -> Any:
+    from rtmatrix.scenarios import scenario_metrics
+
+    cell = _cell(base, "llama_cpp", "f32")
+    cell["fixture"]["name"] = name
+    cell["key"] = cell["key"].replace("tiny/f32", f"{name}/f32")
+    kept = {k: m for k, m in cell["metrics"].items() if k.startswith(("package", "license"))}
+    cell["metrics"] = kept | {k: m.to_dict() for k, m in scenario_metrics(scenario, result).items()}
+    cell["parity"] = {"status": "unavailable", "reason": "no counted generation to compare"}
+    failed = [c for c in result.get("checks", []) if not c["ok"]]
+    if failed:
+        cell["outcome"] |= {"status": "wrong-output", "message": f"check failed: {failed[0]}"}
+        cell["verdict"] = "FAIL"
+    return cell
+
+
+def _trace(name: str, t0: float, n: int, terminal: str, **extra: Any) -> dict[str, Any]:
+    toks = [t0 + 0.02 + 0.01 * i for i in range(n)]
+    return {
+        "name": name,
+        "queued": t0,
+        "prefill_start": t0 + 0.001,
+        "first_token": toks[0] if toks else None,
+        "tokens": toks,
+        "terminal": terminal,
+        "terminal_t": (toks[-1] if toks else t0) + 0.001,
+        "released": (toks[-1] if toks else t0) + 0.002,
+        **extra,
+    }
+
+
+def _check(name: str, ok: bool, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": ok, "detail": detail}
+
+
+def stream_result() -> dict[str, Any]:
+    reps = [
+        {
+            "counted": True,
+            "ttft_chunk_s": 0.030 + 0.002 * i,
+            "first_token_s": 0.021 + 0.001 * i,
+            "n_tokens": 24,
+            "n_chunks": 24,
+            "delivery_lag_max_s": 0.0004,
+            "token_gaps": [0.010 + 0.0005 * j for j in range(23)],
+            "chunk_gaps": [0.010 + 0.0004 * j for j in range(23)],
+        }
+        for i in range(3)
+    ]
+    return {
+        "api": "Llama.create_completion(stream=True)",
+        "max_tokens": 24,
+        "reps": reps,
+        "state_before": {"state_bytes": 17},
+        "state_after_release": [{"state_bytes": 17}] * 3,
+        "traces": [_trace(f"stream-{i}", i * 1.0, 24, "completed") for i in range(3)],
+        "checks": [
+            _check("stream_terminal_state", True, "3/3 request(s) reached a terminal state")
+        ],
+        "findings": ["the stream sampled no token beyond max_tokens"],
+    }
+
+
+def cancel_result(leak_close: bool = True) -> dict[str, Any]:
+    modes = {}
+    checks = []
+    for mode, step in (("stop", 4096), ("close", 200_000 if leak_close else 1024)):
+        cycles = [
+            {
+                "terminal": "cancelled",
+                "counted": True,
+                "to_last_token_s": 0.002,
+                "stop_s": 0.004 + 0.0001 * c,
+                "release_s": 0.005 + 0.0001 * c,
+                "tokens_after": 1,
+                "rss_during": 60_000_000 + step * c,
+                "rss_after_close": 60_000_000 + step * c,
+                "rss_after_release": 60_000_000 + step * c,
+                "state_during": {"state_bytes": 140_000, "kv_tokens": 24},
+                "state_after_close": {"state_bytes": 140_000, "kv_tokens": 24},
+                "state_after_release": {"state_bytes": 17, "kv_tokens": 0},
+            }
+            for c in range(20)
+        ]
+        modes[mode] = {"cycles": cycles, "how": f"{mode} hook"}
+        growth = step * 19
+        checks += [
+            _check(f"cancel_{mode}_took_effect", True, "20/20 generation(s) ended as cancelled"),
+            _check(
+                f"cancel_{mode}_rss_leak",
+                growth <= LEAK_TOLERANCE,
+                f"growth +{growth} bytes (tolerance {LEAK_TOLERANCE})",
+            ),
+        ]
+    return {
+        "api": "Llama.create_completion(stream=True) + StoppingCriteria",
+        "k": 8,
+        "leak_tolerance_bytes": float(LEAK_TOLERANCE),
+        "modes": modes,
+        "state_before": {"state_bytes": 17, "kv_tokens": 0},
+        "rss_before": 58_000_000,
+        "prefill": {
+            "how": "llama_set_abort_callback",
+            "prompt_tokens": 256,
+            "uncancelled_s": 0.2,
+            "attempts": [{"aborted": True, "latency_s": 0.0015, "flag_late_s": 0.0001}],
+        },
+        "traces": [
+            _trace(
+                f"{m}-{i}",
+                i * 0.5,
+                9,
+                "cancelled",
+                cancel_requested=i * 0.5 + 0.09,
+                tokens_after_cancel=1,
+            )
+            for m in modes
+            for i in range(4)
+        ]
+        + [{"name": "close-lost", "queued": 9.0, "tokens": [], "terminal": None}],
+        "checks": checks,
+        "findings": [
+            "mode 'stop': the runtime held its context state until the harness released it"
+        ],
+    }
+
+
+def serve_result() -> dict[str, Any]:
+    levels = {
+        str(n): [
+            {
+                "ttft_s": [0.02 * n + 0.005 * i for i in range(n)],
+                "tpot_s": [0.008 + 0.001 * n] * n,
+                "tokens": [24] * n,
+                "wall_s": 0.3 + 0.1 * n,
+                "errors": 1 if n == 4 and r == 0 else 0,
+                "terminal": ["completed"] * n,
+            }
+            for r in range(3)
+        ]
+        for n in (1, 2, 4)
+    }
+    return {
+        "api": "llama_cpp.server (OpenAI-compatible /v1/completions)",
+        "startup_s": 1.3,
+        "endpoints": {"/health": 404, "/metrics": 404},
+        "levels": levels,
+        "disconnect": {
+            "next": {"terminal": "completed", "ttft_s": 0.007, "tokens": 24},
+            "abandoned_max_tokens": 376,
+            "server_logged_disconnect": True,
+        },
+        "slow": {
+            "delay_s": 0.05,
+            "slow": {"duration_s": 0.9, "terminal": "completed"},
+            "behind": {"terminal": "completed", "ttft_s": 0.027, "tokens": 24},
+        },
+        "malformed": {
+            "invalid-json": {"status": 500, "body": "Internal Server Error"},
+            "wrong-types": {"status": 422, "body": "validation error"},
+            "over-context": {"status": 200, "detail": "the stream ended without [DONE]"},
+        },
+        "survival": {"ok": True, "alive": True},
+        "rss_start": 81_000_000,
+        "rss_after_abuse": 89_000_000,
+        "traces": [_trace(f"c1-r{i}", i * 1.0, 24, "completed") for i in range(3)],
+        "checks": [_check("serve_survived", True, "the server answered after the abuse")],
+        "findings": ["no /health endpoint (GET /health: 404)"],
+    }
+
+
+def lifecycle_run() -> dict[str, Any]:
+    """llama_cpp stream, cancel (the close mode leaks past its tolerance: FAIL) and serve cells,
+    one plain cell, and a serve cell on fakert that was unavailable before measuring."""
+    run = golden()
+    base = run["cells"][0]
+    run["run_id"] = "20261203T000000Z-lifecycle"
+    run["runtimes"]["fakert"] = {
+        "adapter": "tests.helpers.adapters:Fake",
+        "distribution": "fakert",
+        "version": "1.0.0",
+        "extra": None,
+        "container": "gguf",
+    }
+    gone = _cell(base, "fakert", "f32")
+    gone["fixture"]["name"] = "tiny-serve"
+    gone["key"] = gone["key"].replace("tiny/f32", "tiny-serve/f32")
+    gone["outcome"] = {
+        "status": "unavailable",
+        "phase": "scenario",
+        "exit_code": 0,
+        "signal": None,
+        "message": "scenario 'serve': rtmatrix drives llama-cpp-python's server only",
+    }
+    gone["verdict"] = "unavailable"
+    gone["metrics"] = {}
+    run["cells"] = [
+        _cell(base, "llama_cpp", "f32"),
+        _scenario_cell(base, "tiny-stream", "stream", stream_result()),
+        _scenario_cell(base, "tiny-cancel", "cancel", cancel_result()),
+        _scenario_cell(base, "tiny-serve", "serve", serve_result()),
+        gone,
+    ]
+    run["matrix"]["n_cells"] = len(run["cells"])
+    return run
+
+
+# --- partition cells ------------------------------------------------------------------------
+# evidence.partitions as rtmatrix.metrics.partitions.summarize writes it (trimmed from a real
+# onnxruntime-openvino run), and a placement-only delegate cell as the plain ORT adapter writes.
+
+OV = "OpenVINOExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def _partitions(delegate: bool, every_layer: bool) -> dict[str, Any]:
+    n_parts = 5 if delegate and every_layer else 1
+    per: list[dict[str, Any]] = []
+    for i in range(n_parts):
+        ep = OV if delegate and i % 2 == 0 else CPU
+        per.append(
+            {
+                "id": f"P{i}",
+                "ep": ep,
+                "subgraph": f"OpenVINO-EP-subgraph_{i // 2 + 1}" if ep == OV else None,
+                "nodes": 40 if ep == OV else 1,
+                "ops": {"MatMul": 8, "Mul": 6} if ep == OV else {"RotaryEmbedding": 1},
+                "first_node": f"n{i}",
+                "last_node": f"n{i}x",
+                "in_bytes": {
+                    "prefill": {"from_partitions": 131072 * (i > 0), "from_graph_inputs": 64},
+                    "decode": {"from_partitions": 1024 * (i > 0), "from_graph_inputs": 8},
+                },
+                "out_bytes": {
+                    "prefill": {"to_partitions": 131072, "to_graph_outputs": 0},
+                    "decode": {"to_partitions": 1024, "to_graph_outputs": 0},
+                },
+                "time_us": {"prefill": 900.0 if ep == OV else 50.0, "decode": 90.0},
+            }
+        )
+    nodes = sum(p["nodes"] for p in per)
+    on = sum(p["nodes"] for p in per if p["ep"] == OV)
+    crossings = n_parts - 1
+    run_pre = sum(p["time_us"]["prefill"] for p in per)
+    on_pre = sum(p["time_us"]["prefill"] for p in per if p["ep"] == OV)
+    return {
+        "role": "delegate" if delegate else "control",
+        "delegate": OV if delegate else None,
+        "partitions": n_parts,
+        "delegate_partitions": sum(1 for p in per if p["ep"] == OV),
+        "coverage": {
+            "nodes_total": nodes,
+            "nodes_on_delegate": on,
+            "pct": round(100 * on / nodes, 2),
+        },
+        "nodes_by_ep": {OV: on, CPU: nodes - on} if delegate else {CPU: nodes},
+        "tokens": {"prefill": 128, "decode": 1},
+        "boundary_tensors": crossings,
+        "crossings": crossings,
+        "boundary_bytes": {"prefill": 131072 * crossings, "decode": 1024 * crossings},
+        "boundary_bytes_per_token": {"prefill": 1024.0 * crossings, "decode": 1024.0 * crossings},
+        "graph_io_bytes": {"prefill": 2_600_000, "decode": 4_200_000},
+        "per_partition": per,
+        "tensors": [
+            {
+                "tensor": f"blk.{i}.k.matmul",
+                "from": f"P{i}",
+                "to": [f"P{i + 1}"],
+                "dtype": "float32",
+                "shape": {"prefill": [1, 128, 256], "decode": [1, 1, 256]},
+                "bytes": {"prefill": 131072, "decode": 1024},
+                "bytes_per_token": {"prefill": 1024.0, "decode": 1024.0},
+            }
+            for i in range(crossings)
+        ],
+        "time_us": {
+            "prefill": {
+                "in_partitions": run_pre,
+                "run": run_pre + 100.0,
+                "outside_partitions": 100.0,
+            }
+            | ({"on_delegate": on_pre} if delegate else {}),
+            "decode": {"in_partitions": 90.0 * n_parts, "run": 90.0 * n_parts + 20.0}
+            | ({"on_delegate": 90.0 * ((n_parts + 1) // 2)} if delegate else {}),
+        },
+        "sources": {"time": "profiling JSON", "shapes": "measured", "assignment": "EP API"},
+    }
+
+
+def _ort_cell(
+    base: dict[str, Any], runtime: str, variant: str | None, speed: float, providers: list[str]
+) -> dict[str, Any]:
+    cell = _cell(base, runtime, "f32", variant=variant, speed=speed)
+    if variant:
+        cell["expect"] = "ok"
+        cell["fixture"]["name"] = f"tiny-{variant}"
+        cell["key"] = cell["key"].replace(f"tiny/f32+{variant}", f"tiny-{variant}/f32")
+    delegate = providers[0] != CPU
+    cell["evidence"] = {
+        "placement": {
+            "requested": providers,
+            "used": providers,
+            "fallback": False,
+            "nodes_by_provider": {OV: 120, CPU: 2} if delegate else {CPU: 122},
+            "partitions": 5 if delegate and variant else 1,
+            "source": "ep-graph-assignment-api",
+        },
+        "partitions": _partitions(delegate, bool(variant)),
+    }
+    return cell
+
+
+def partition_run() -> dict[str, Any]:
+    """ort_ov (OpenVINO EP first) against ort_cpu (CPU EP only) on the clean and the
+    every-layer fixture (the delegate is slower there), plus a placement-only delegate cell
+    without evidence.partitions and without a control."""
+    run = golden()
+    base = run["cells"][0]
+    run["run_id"] = "20261204T000000Z-partitions"
+    run["runtimes"] = {
+        name: {
+            "adapter": "rtmatrix.adapters.onnxruntime_openvino:OrtOpenVinoAdapter",
+            "distribution": "onnxruntime-openvino",
+            "version": "1.24.1",
+            "extra": "onnxruntime-openvino",
+            "container": "onnx",
+        }
+        for name in ("ort_ov", "ort_cpu")
+    }
+    every = "partition-every-layer"
+    lonely = _ort_cell(base, "ort_ov", "partition-end", 1.0, [OV, CPU])
+    del lonely["evidence"]["partitions"]
+    run["cells"] = [
+        _ort_cell(base, "ort_ov", None, 1.3, [OV, CPU]),
+        _ort_cell(base, "ort_ov", every, 0.6, [OV, CPU]),
+        lonely,
+        _ort_cell(base, "ort_cpu", None, 1.0, [CPU]),
+        _ort_cell(base, "ort_cpu", every, 1.0, [CPU]),
+    ]
+    run["matrix"]["n_cells"] = len(run["cells"])
+    return run

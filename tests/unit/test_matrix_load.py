@@ -149,3 +149,11 @@ def test_gate_thresholds_are_validated() -> None:
     parse(base + "[gate]\nfail = ['tg_tps:5%']\n")
     with pytest.raises(MatrixError, match=r"m.toml: gate.fail: .*tg_tsp"):
         parse(base + "[gate]\nfail = ['tg_tsp:5%']\n")
+
+
+def test_skip_variants_is_validated() -> None:
+    base = "[[fixtures]]\nmodel='tiny'\n[[runtimes]]\nname='llama_cpp'\n"
+    m = parse(base + "skip_variants = ['truncated']\n")
+    assert m.runtimes[0].skip_variants == ("truncated",)
+    with pytest.raises(MatrixError, match=r"skip_variants: unknown variant\(s\) \['rotten'\]"):
+        parse(base + "skip_variants = ['rotten']\n")

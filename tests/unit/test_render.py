@@ -11,10 +11,27 @@ from pathlib import Path
 
 import pytest
 
-from rtmatrix.report import render_report
+from rtmatrix.report import lifecycle, partitions, render_report
 from rtmatrix.report.render import fmt_value, render_html
-from rtmatrix.report.views import ROWS, Notes, columns, grid, selection
-from tests.browser.runs import UNAVAILABLE_POWER, golden, sample_run, upgraded_run
+from rtmatrix.report.views import (
+    ROWS,
+    SCENARIOS,
+    SOURCES,
+    Notes,
+    Table,
+    columns,
+    grid,
+    scenario_of,
+    selection,
+)
+from tests.browser.runs import (
+    UNAVAILABLE_POWER,
+    golden,
+    lifecycle_run,
+    partition_run,
+    sample_run,
+    upgraded_run,
+)
 
 
 def _ids(html: str) -> Counter[str]:
@@ -151,6 +168,12 @@ def test_format_values() -> None:
     assert fmt_value({"value": 0.0012, "unit": "s"}) == "1.20 ms"
     assert fmt_value({"value": 1234.4, "unit": "tokens/s"}) == "1,234"
     assert fmt_value({"value": float("nan"), "unit": "s"}) == "nan"
+    assert fmt_value({"value": 49152, "unit": "bytes"}) == "48.0 KiB"
+    assert fmt_value({"value": 17, "unit": "bytes"}) == "17 B"
+    assert fmt_value({"value": 8.6e-6, "unit": "s"}) == "8.6 µs"
+    assert fmt_value({"value": 404, "unit": "http-status"}) == "HTTP 404"
+    assert fmt_value({"value": 1.0, "unit": "tokens"}) == "1 token"
+    assert fmt_value({"value": {"odd": 1}, "unit": "s"}) == "{'odd': 1}"
 
 
 def test_free_form_evidence_of_unexpected_types_renders() -> None:
@@ -167,3 +190,178 @@ def test_free_form_evidence_of_unexpected_types_renders() -> None:
     }
     html = render_html([run])
     assert "one line" in html and "gdb" in html and "custom" in html
+
+
+# --- lifecycle panel ------------------------------------------------------------------------
+
+
+def _section(html: str, name: str) -> str:
+    return html.split(f'<section id="{name}">', 1)[1].split("</section>", 1)[0]
+
+
+def _numbers_marked(table: Table) -> list[str]:
+    """Cells showing a number without a source marker (plain labels carry no digits)."""
+    return [
+        f"{table.name}/{row.label}: {v.text}"
+        for row in table.rows
+        for v in row.cells
+        if any(ch.isdigit() for ch in v.text) and not v.mark
+    ]
+
+
+def test_scenario_of_reads_metrics_then_fixture_name() -> None:
+    from rtmatrix.scenarios import SCENARIO_NAMES
+
+    assert tuple(SCENARIO_NAMES) == SCENARIOS
+    run = lifecycle_run()
+    assert [scenario_of(c) for c in run["cells"]] == [None, "stream", "cancel", "serve", "serve"]
+    plain = copy.deepcopy(run["cells"][0])
+    plain["fixture"]["scenario"] = "generate"  # a record that names it wins
+    assert scenario_of(plain) is None
+
+
+def test_lifecycle_panel_cards_tables_and_plots() -> None:
+    notes = Notes()
+    panel = lifecycle.panel(columns([lifecycle_run()]), notes)
+    assert [c.scenario for c in panel.cards] == ["stream", "cancel", "serve", "serve"]
+    stream, cancel, serve, gone = panel.cards
+    assert {p.id for p in panel.plots if p.svg} == {"serve-ttft", "cancel-leak"}
+    modes = cancel.tables[0]
+    assert [r.data for r in modes.rows] == ["stop", "close"]
+    leak = {r.data: r.cells[4] for r in modes.rows}
+    assert leak["stop"].css == "v-PASS" and leak["stop"].mark == "os"
+    assert leak["close"].css == "v-FAIL" and "tolerance 1.0 MiB" in leak["close"].text
+    assert panel.failed_checks == 1 and cancel.verdict == "FAIL"
+    levels = serve.tables[0]
+    assert [r.data for r in levels.rows] == ["1", "2", "4"]
+    assert levels.rows[2].cells[-1].text == "1 of 12" and levels.rows[2].cells[-1].css == "v-FAIL"
+    gaps = stream.tables[0]
+    assert [r.label for r in gaps.rows] == ["token gap", "chunk gap"]
+    for card in (stream, cancel, serve):
+        for t in card.tables:
+            assert not _numbers_marked(t)
+        assert all(p.value.mark for p in card.facts), card.scenario
+    trace_terms = [r.cells[3].text for r in cancel.traces.rows] if cancel.traces else []
+    assert "none" in trace_terms  # a trace without a terminal state is shown, flagged
+    assert gone.note and "unavailable" in gone.note and not gone.tables
+
+
+def test_lifecycle_section_html() -> None:
+    html = render_html([lifecycle_run()])
+    lc = _section(html, "lifecycle")
+    assert lc.count('<article class="lifecycle"') == 4
+    assert 'data-plot="serve-ttft"' in lc and 'data-plot="cancel-leak"' in lc
+    assert 'data-check="cancel_close_rss_leak"' in lc and 'class="bad"' in lc
+    assert "+3.6 MiB (tolerance 1.0 MiB)" in lc
+    assert "HTTP 500" in lc and "no /health endpoint" in lc
+    assert "request state traces" in lc
+    # the selection matrix has a lifecycle row, and scenario cells leave the PP/TG row alone
+    cols = columns([lifecycle_run()])
+    by = {r.label: r.entries for r in selection(cols, Notes())}
+    lc_items = [it.label for it in by["lifecycle"][0]]
+    assert lc_items == ["stream", "cancel", "serve"]
+    pp = " ".join(it.label for it in by["PP / TG tok/s"][0])
+    assert "stream" not in pp and "cancel" not in pp
+    assert " ".join(p.value.text for it in by["lifecycle"][1] for p in it.parts)
+
+
+def test_lifecycle_panel_survives_missing_and_odd_data() -> None:
+    run = lifecycle_run()
+    stream, cancel, serve = run["cells"][1:4]
+    del stream["metrics"]["stream_token_gap_p90_s"]
+    stream["metrics"]["stream_ttft_s"] = 0.03  # not a metric record
+    cancel["metrics"]["lifecycle_checks"]["checks"] = ["not a dict", {"ok": "maybe"}]
+    cancel["metrics"]["lifecycle_checks"]["traces"] = {"not": "a list"}
+    cancel["metrics"]["cancel_close_rss_growth_bytes"]["rss_after_each"] = "garbage"
+    cancel["metrics"]["cancel_stop_rss_growth_bytes"].pop("tolerance_bytes")
+    serve["metrics"]["serve_c2_ttft_p50_s"] = {"value": "fast", "unit": "s", "source": "?"}
+    serve["metrics"]["serve_c4_errors"] = {
+        "value": None,
+        "unit": "requests",
+        "source": "unavailable",
+        "reason": "lost",
+    }
+    serve["metrics"].pop("lifecycle_checks")
+    bare = copy.deepcopy(stream)
+    bare["key"] = "llama_cpp|tiny-cancel-bare/f32|x"
+    bare["fixture"]["name"] = "tiny-cancel-bare"
+    bare["metrics"] = {}
+    run["cells"].append(bare)
+    html = render_html([run])
+    assert "no data: the cell ended with outcome ok before the cancel scenario measured" in html
+    assert "the cell recorded no stream_token_gap_p90_s" in html
+    none = copy.deepcopy(run)
+    none["cells"] = [none["cells"][0]]
+    assert "no cell ran a lifecycle scenario" in render_html([none])
+
+
+# --- partitions panel -----------------------------------------------------------------------
+
+
+def test_partitions_panel_coverage_and_delegate_vs_control() -> None:
+    notes = Notes()
+    panel = partitions.panel(columns([partition_run()]), notes)
+    assert panel.note is None and panel.coverage and panel.versus
+    rows = {(r.label, r.help.split(" ")[0]): r for r in panel.coverage.rows}
+    every = rows[("tiny-partition-every-layer/f32", "ort_ov")]
+    assert every.cells[0].text == "5 (3 on the delegate)" and every.cells[0].mark == "an"
+    assert every.cells[1].text.startswith("98.4 %")
+    assert every.cells[3].text == "4.0 KiB"  # boundary bytes per prefill token
+    assert rows[("tiny/f32", "ort_cpu")].cells[1].text.startswith("none")
+    lonely = rows[("tiny-partition-end/f32", "ort_ov")]
+    assert lonely.cells[0].mark == "ev" and lonely.cells[3].unavailable  # placement only
+    versus = {r.label: r for r in panel.versus.rows}
+    assert versus["tiny-partition-every-layer/f32"].css == "slower"
+    assert versus["tiny-partition-every-layer/f32"].cells[-1].text == "delegate slower: PP, TG"
+    assert versus["tiny/f32"].cells[-1].text == "delegate not slower"
+    assert versus["tiny-partition-end/f32"].cells[-1].text == "no control"
+    assert panel.slower == ["tiny-partition-every-layer/f32 (ort_ov 1.24.1): PP, TG"]
+    assert not _numbers_marked(panel.coverage) and not _numbers_marked(panel.versus)
+    assert [d.anchor for d in panel.details] == [every.data]
+    assert any("no partition analysis" in r for r in notes.reasons)
+    assert "analysis" in SOURCES
+
+
+def test_partitions_section_html_and_selection() -> None:
+    html = render_html([partition_run()])
+    part = _section(html, "partitions")
+    assert 'data-table="coverage vs boundaries"' in part
+    assert 'data-table="delegate on vs off"' in part and 'class="slower"' in part
+    assert "Delegate slower than its control" in part
+    assert "blk.0.k.matmul" in part and "OpenVINO-EP-subgraph_1" in part
+    cols = columns([partition_run()])
+    by = {r.label: r.entries for r in selection(cols, Notes())}
+    assert any(it.label == "partitions" for it in by["placement / fallback"][0])
+    # partition variants expect ok: they count as ordinary cells in the PP/TG row
+    assert "tiny-partition-every-layer" in " ".join(it.label for it in by["PP / TG tok/s"][0])
+
+
+def test_partitions_panel_survives_missing_and_odd_data() -> None:
+    run = partition_run()
+    ev = [c["evidence"] for c in run["cells"]]
+    ev[0]["partitions"] = {"error": "RuntimeError: boom"}
+    ev[1]["partitions"]["per_partition"] = ["odd", {"ep": None, "ops": "x", "time_us": 3}]
+    ev[1]["partitions"]["coverage"] = None
+    ev[1]["partitions"]["time_us"] = {"prefill": "soon"}
+    ev[1]["partitions"]["tensors"] = [{"shape": None}]
+    ev[2]["placement"] = {
+        "requested": [["OpenVINOExecutionProvider", {"precision": "FP32"}]],
+        "nodes_by_provider": None,
+        "partitions": None,
+    }
+    ev[3]["partitions"] = "not a dict"
+    run["cells"][4]["metrics"].pop("pp_tps")
+    html = render_html([run])
+    assert "partition analysis unavailable: RuntimeError: boom" in html
+    assert 'id="partitions"' in html
+    assert "no cell carries placement evidence" in render_html([sample_run()])
+    cpu_only = partition_run()
+    cpu_only["cells"] = [c for c in cpu_only["cells"] if c["runtime"] == "ort_cpu"]
+    for c in cpu_only["cells"]:
+        del c["evidence"]["partitions"]
+    assert "no cell asked for a delegate" in render_html([cpu_only])
+
+
+def test_panels_keep_ids_unique_with_two_runs() -> None:
+    html = render_html([lifecycle_run(), partition_run()])
+    assert not [i for i, n in _ids(html).items() if n > 1]

@@ -26,6 +26,7 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "llama_cpp": "rtmatrix.adapters.llama_cpp:LlamaCppAdapter",
     "onnxruntime": "rtmatrix.adapters.onnxruntime:OrtAdapter",
     "onnxruntime_genai": "rtmatrix.adapters.onnxruntime_genai:OrtGenaiAdapter",
+    "onnxruntime_openvino": "rtmatrix.adapters.onnxruntime_openvino:OrtOpenVinoAdapter",
     "tvm": "rtmatrix.adapters.tvm:TvmAdapter",
 }
 
@@ -60,6 +61,10 @@ class Adapter(ABC):
     extra: ClassVar[str]
     #: the model container it reads (``gguf``, ``onnx``, ...)
     container: ClassVar[str]
+
+    def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """The row's ``options``, given before :meth:`import_runtime` (some adapters choose what
+        to import from them, e.g. TVM's runtime-only library). Default: nothing to do."""
 
     @abstractmethod
     def import_runtime(self) -> str:

@@ -35,7 +35,7 @@ PARAM_DEFAULTS: dict[str, Any] = {
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power", "gate")
-RUNTIME_KEYS = ("name", "adapter", "options", "expect", "verdicts")
+RUNTIME_KEYS = ("name", "adapter", "options", "expect", "verdicts", "skip_variants")
 FIXTURE_KEYS = (
     "model",
     "dtypes",
@@ -64,6 +64,8 @@ class RuntimeEntry:
     options: dict[str, Any] = field(default_factory=dict)
     expect: Expect | None = None  # overrides every fixture's expectation for this row
     verdicts: dict[str, str] = field(default_factory=dict)
+    # variants that do not apply to this row (e.g. a JIT row never opens the compiled file)
+    skip_variants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,13 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
         options = ctx.table(entry.get("options", {}), f"{where}.options")
         expect, verdicts = _expectations(ctx, where, entry, None)
         rt_expect = expect if "expect" in entry else None
-        out.append(RuntimeEntry(entry["name"], target, options, rt_expect, verdicts))
+        skip = entry.get("skip_variants", [])
+        bad = [v for v in skip if v not in VARIANTS] if isinstance(skip, list) else [skip]
+        if bad:
+            raise ctx.fail(
+                f"{where}.skip_variants", f"unknown variant(s) {bad}; valid: {', '.join(VARIANTS)}"
+            )
+        out.append(RuntimeEntry(entry["name"], target, options, rt_expect, verdicts, tuple(skip)))
     names = [r.name for r in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

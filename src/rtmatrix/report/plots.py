@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING, Any
 from rtmatrix.report.views import (
     COLD_START,
     Column,
+    as_dict,
+    as_list,
     common_params,
     distinct_labels,
     fixture_label,
+    fmt_bytes,
     normal_cells,
     params_text,
+    scenario_of,
 )
 
 if TYPE_CHECKING:
@@ -207,6 +211,7 @@ def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dic
             model = f"{fx.get('model') or fx['name']}" + (
                 f"/{fx['dtype']}" if fx.get("dtype") else ""
             )
+            model += f" +{fx['variant']}" if fx.get("variant") else ""
             groups.setdefault((model, params_text(rest)), []).append(c)
         models = [m for m, _ in groups]
         for (model, rest_text), cells in groups.items():
@@ -380,3 +385,182 @@ def upgrade_ratios(ratios: Sequence[Ratio], baseline: str, candidate: str) -> Pl
     )
     _style(ax)
     return Plot("upgrade", title, caption, _svg(fig, "upgrade", title))
+
+
+# --- lifecycle ------------------------------------------------------------------------------
+
+QUANTILE_STYLES = (("p50", "-", "o"), ("p90", "--", "s"), ("p99", ":", "^"))
+
+
+def _scenario_cells(cols: Sequence[Column], scenario: str) -> list[tuple[str, dict[str, Any]]]:
+    """(legend label, cell) of every cell that ran ``scenario``."""
+    cells, prefixes = [], []
+    for col in cols:
+        for _, c in col.cells:
+            if scenario_of(c) == scenario:
+                cells.append(c)
+                prefixes.append(f"{col.label} · ")
+    return list(zip(distinct_labels(cells, prefixes), cells, strict=True))
+
+
+def _levels(metrics: dict[str, Any], prefix: str, suffix: str) -> list[tuple[int, float]]:
+    """(concurrency, value) of ``serve_c<N>_<suffix>`` metrics with a value, by concurrency;
+    the metric's own ``concurrency`` when it has one, else the N of its name."""
+    pts = []
+    for key, m in metrics.items():
+        found = re.fullmatch(rf"{prefix}c(\d+)_{suffix}", str(key))
+        v = _value(m) if isinstance(m, dict) else None
+        if not found or v is None:
+            continue
+        n = m.get("concurrency")
+        level = int(n) if isinstance(n, int) and not isinstance(n, bool) else int(found.group(1))
+        pts.append((level, v))
+    return sorted(pts)
+
+
+def ttft_vs_concurrency(cols: Sequence[Column]) -> Plot:
+    """Server TTFT percentiles and aggregate throughput against concurrent streams."""
+    pid, title = "serve-ttft", "Time to first token against concurrency (serve)"
+    caption = (
+        "The runtime's own server on loopback, client-side clock: TTFT p50 (solid), p90 "
+        "(dashed), p99 (dotted) per number of concurrent streaming requests; right: tokens/s "
+        "of all streams together (median over rounds, whiskers min–max)."
+    )
+    series = []
+    for label, cell in _scenario_cells(cols, "serve"):
+        metrics = as_dict(cell.get("metrics"))
+        qs = {q: _levels(metrics, "serve_", f"ttft_{q}_s") for q, _, _ in QUANTILE_STYLES}
+        tput = [
+            (n, v, as_dict(as_dict(metrics.get(f"serve_c{n}_throughput_tps")).get("stats")))
+            for n, v in _levels(metrics, "serve_", "throughput_tps")
+        ]
+        if any(qs.values()) or tput:
+            series.append((label, qs, tput))
+    if not series:
+        why = "no serve cell measured a TTFT at any concurrency"
+        return Plot(pid, title, caption, note=f"no data: {why}")
+    made = _figure(9.0, 3.4)
+    if isinstance(made, str):
+        return Plot(pid, title, caption, note=made)
+    fig, _ = made
+    ax_t, ax_p = fig.subplots(1, 2)
+    levels: set[int] = set()
+    for si, (label, qs, tput) in enumerate(series):
+        colour = PALETTE[si % len(PALETTE)]
+        for q, line, marker in QUANTILE_STYLES:
+            pts = qs[q]
+            if pts:
+                levels.update(n for n, _ in pts)
+                ax_t.plot(
+                    [n for n, _ in pts],
+                    [v * 1e3 for _, v in pts],
+                    linestyle=line,
+                    marker=marker,
+                    color=colour,
+                    markersize=4,
+                    linewidth=1.4,
+                    label=f"{label} {q}" if len(series) > 1 else q,
+                )
+        if tput:
+            levels.update(n for n, _, _ in tput)
+            lo = [max(0.0, v - float(st.get("min", v))) for _, v, st in tput]
+            hi = [max(0.0, float(st.get("max", v)) - v) for _, v, st in tput]
+            ax_p.errorbar(
+                [n for n, _, _ in tput],
+                [v for _, v, _ in tput],
+                yerr=[lo, hi],
+                marker="o",
+                color=colour,
+                markersize=4,
+                linewidth=1.4,
+                capsize=2,
+                elinewidth=0.8,
+                label=label,
+            )
+    ticks = sorted(levels)
+    for ax, ylabel in ((ax_t, "TTFT (ms)"), (ax_p, "tokens/s, all streams")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(n) for n in ticks])
+        ax.set_xticks([], minor=True)
+        ax.set_xlabel("concurrent streams")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        _style(ax)
+    ax_t.set_title("TTFT")
+    ax_p.set_title("throughput")
+    handles, labels = ax_t.get_legend_handles_labels()
+    if handles:
+        ax_t.legend(handles, labels, fontsize=7, frameon=False)
+    if len(series) > 1:
+        fig.legend(
+            *ax_p.get_legend_handles_labels(),
+            fontsize=8,
+            frameon=False,
+            loc="outside lower center",
+            ncols=min(3, len(series)),
+        )
+    else:
+        fig.suptitle(series[0][0], fontsize=9, color="#444")
+    return Plot(pid, title, caption, _svg(fig, pid, title))
+
+
+def cancel_leak(cols: Sequence[Column]) -> Plot:
+    """RSS after each cancel cycle against the first, per cancel mode, with the tolerance."""
+    pid, title = "cancel-leak", "Memory over repeated cancels (cancel)"
+    caption = (
+        "Worker RSS after each counted cancel cycle minus after cycle 1 (OS accounting, gc "
+        "collected); the dashed line is the leak tolerance the check holds the last cycle to."
+    )
+    lines, tolerances = [], set()
+    for label, cell in _scenario_cells(cols, "cancel"):
+        for key, m in as_dict(cell.get("metrics")).items():
+            found = re.fullmatch(r"cancel_([a-z0-9]+)_rss_growth_bytes", str(key))
+            series = [
+                float(x)
+                for x in as_list(as_dict(m).get("rss_after_each"))
+                if isinstance(x, int | float) and not isinstance(x, bool)
+            ]
+            if found and len(series) >= 2:
+                lines.append((f"{label} {found.group(1)}", [x - series[0] for x in series]))
+                tol = as_dict(m).get("tolerance_bytes")
+                if isinstance(tol, int | float) and not isinstance(tol, bool):
+                    tolerances.add(float(tol))
+    if not lines:
+        why = "no cancel cell recorded RSS after two or more cycles"
+        return Plot(pid, title, caption, note=f"no data: {why}")
+    made = _figure(7.0, 3.0)
+    if isinstance(made, str):
+        return Plot(pid, title, caption, note=made)
+    fig, _ = made
+    ax = fig.subplots()
+    top = max(max(ys) for _, ys in lines)
+    for li, (label, ys) in enumerate(lines):
+        ax.plot(
+            range(1, len(ys) + 1),
+            [y / 1024 for y in ys],
+            "o-",
+            color=PALETTE[li % len(PALETTE)],
+            markersize=3,
+            linewidth=1.2,
+            label=label,
+        )
+    for tol in sorted(tolerances):
+        ax.axhline(tol / 1024, color="#c0392b", linestyle="--", linewidth=1.0)
+        ax.text(
+            1,
+            tol / 1024,
+            f" tolerance {fmt_bytes(tol)}",
+            color="#c0392b",
+            fontsize=8,
+            va="bottom",
+        )
+        top = max(top, tol)
+    ax.set_ylim(min(0.0, min(min(ys) for _, ys in lines) / 1024) * 1.1, top / 1024 * 1.15)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("cancel cycle")
+    ax.set_ylabel("RSS growth vs cycle 1 (KiB)")
+    fig.legend(fontsize=8, frameon=False, loc="outside lower center", ncols=min(3, len(lines)))
+    _style(ax)
+    return Plot(pid, title, caption, _svg(fig, pid, title))

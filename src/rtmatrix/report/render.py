@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from rtmatrix.report import plots, upgrade, views
+from rtmatrix.report import lifecycle, partitions, plots, upgrade, views
 from rtmatrix.report.views import fmt_value
 
 __all__ = ["fmt_value", "render_report"]
@@ -71,6 +71,8 @@ def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = No
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),
+        "lifecycle": lifecycle.panel(cols, notes),
+        "partitions": partitions.panel(cols, notes),
         "upgrades": [upgrade.view(baseline, run) for run in runs] if baseline else [],
         "baseline": baseline,
         "notes": notes,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,11 @@ SOURCES: dict[str, tuple[str, str]] = {
     "machine": ("host", "the host probe of the run (platform, /proc/cpuinfo)"),
     "matrix": ("mx", "summarised from the cells' outcomes and parameters"),
     "evidence": ("ev", "reported by the runtime (log lines, device lists, placement)"),
+    "analysis": (
+        "an",
+        "rtmatrix's partition analysis of the runtime's graph, EP assignment, measured tensor "
+        "shapes and profiling (evidence.partitions)",
+    ),
 }
 # The canonical fixture family is one llama-architecture decoder (fixtures/model.py).
 FIXTURE_ARCH = "llama"
@@ -40,21 +46,43 @@ COLD_START = (
 VERDICT_ORDER = (Verdict.FAIL, Verdict.WARN, Verdict.PASS, Verdict.UNAVAILABLE)
 
 
+COUNTED = {"tokens", "chunks", "streams", "requests", "cycles"}  # "1 token", "2 tokens"
+
+
+def fmt_bytes(value: float) -> str:
+    """Bytes for people: MiB from 1 MiB up, KiB from 1 KiB, else bytes."""
+    if abs(value) >= 2**20:
+        return f"{value / 2**20:.1f} MiB"
+    if abs(value) >= 2**10:
+        return f"{value / 2**10:.1f} KiB"
+    return f"{value:.0f} B"
+
+
 def fmt_value(metric: dict[str, Any]) -> str:
     """A metric's value in its unit, for people."""
-    value, unit = metric.get("value"), metric.get("unit", "")
+    value, unit = metric.get("value"), str(metric.get("unit") or "")
     if value is None:
         return "unavailable"
     if isinstance(value, str):
         return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)  # free-form: shown as it came, never a crash
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if unit == "bytes":
-        return f"{value / 2**20:.1f} MiB"
+        return fmt_bytes(value)
+    if unit == "bytes/cycle":
+        return f"{fmt_bytes(value)}/cycle"
     if unit == "s":
+        if value and abs(value) < 1e-3:
+            return f"{value * 1e6:.1f} µs"
         return f"{value * 1e3:.2f} ms" if abs(value) < 1 else f"{value:.2f} s"
     if unit == "tokens/s":
         return f"{value:,.0f}"
+    if unit == "http-status":
+        return f"HTTP {value:g}"
+    if unit in COUNTED and value == 1:
+        unit = unit[:-1]
     return f"{value:g} {unit}".strip()
 
 
@@ -101,6 +129,32 @@ class Item:
 
     label: str
     parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One row of a panel table: a label (with optional help under it) and one value a column."""
+
+    label: str
+    cells: tuple[Value, ...]
+    help: str = ""
+    css: str = ""
+    data: str = ""  # a data-row attribute, for tests and readers' tools
+
+
+@dataclass(frozen=True)
+class Table:
+    """A small table of values for the lifecycle and partition panels."""
+
+    name: str
+    head: tuple[str, ...]  # the label column's heading first
+    rows: tuple[TableRow, ...]
+    caption: str = ""
+
+
+def text(value: str, title: str = "", css: str = "") -> Value:
+    """A plain label or word in a table: no source marker."""
+    return Value(value, "", title, None, css)
 
 
 @dataclass
@@ -162,11 +216,13 @@ def metric_value(metric: dict[str, Any] | None, notes: Notes, name: str = "") ->
     """A metric dict -> Value with its source; hover shows method and spread."""
     if metric is None:
         return unavailable(f"the cell recorded no {name or 'value'}", notes, "—")
+    if not isinstance(metric, dict):
+        return Value(str(metric), "", f"{name}: not a metric record")
     if metric.get("value") is None:
         return unavailable(str(metric.get("reason") or "no reason recorded"), notes)
     hover = [str(metric[k]) for k in ("method", "field") if metric.get(k)]
     stats = metric.get("stats")
-    if isinstance(stats, dict) and stats.get("n"):
+    if isinstance(stats, dict) and stats.get("n") and "min" in stats and "max" in stats:
         lo, hi = (
             fmt_value(metric | {"value": stats["min"]}),
             fmt_value(metric | {"value": stats["max"]}),
@@ -260,9 +316,36 @@ def cell_label(cell: dict[str, Any], vary: list[str]) -> str:
 # --- the selection matrix ------------------------------------------------------------------
 
 
+SCENARIOS = ("stream", "cancel", "serve")  # rtmatrix.scenarios.SCENARIO_NAMES
+_SCENARIO_IN_NAME = re.compile(r"(?:^|[-_./])(stream|cancel|serve)(?:$|[-_./])")
+
+
+def scenario_of(cell: dict[str, Any]) -> str | None:
+    """The lifecycle scenario a cell ran, or None for the plain timed generation: the fixture's
+    ``scenario`` when the record has it, else the ``lifecycle_checks`` metric's, else the
+    scenario's own metric names, else a scenario word in the fixture name (a cell that failed
+    before measuring)."""
+    fx = as_dict(cell.get("fixture"))
+    if fx.get("scenario") in SCENARIOS:
+        return str(fx["scenario"])
+    if fx.get("scenario") is not None:
+        return None  # "generate", recorded
+    metrics = as_dict(cell.get("metrics"))
+    named = as_dict(metrics.get("lifecycle_checks")).get("scenario")
+    if named in SCENARIOS:
+        return str(named)
+    for sc in SCENARIOS:
+        if any(str(k).startswith(f"{sc}_") for k in metrics):
+            return sc
+    found = _SCENARIO_IN_NAME.search(str(fx.get("name") or ""))
+    return found.group(1) if found else None
+
+
 def normal_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Cells of fixtures expected to run (no failing-model variant, no expected error)."""
-    return [c for c in cells if not c["fixture"].get("variant") and c.get("expect", "ok") == "ok"]
+    """Cells of the plain timed generation expected to run: no expected error (failing-model
+    variants expect one; a variant expected to run, such as a partition fixture, counts) and no
+    lifecycle scenario (those have their own panel)."""
+    return [c for c in cells if c.get("expect", "ok") == "ok" and scenario_of(c) is None]
 
 
 def _normal(col: Column) -> list[dict[str, Any]]:
@@ -318,7 +401,8 @@ def _no_cells(col: Column, notes: Notes, what: str) -> Value:
         return unavailable(f"{col.runtime}: {col.info['error']}", notes)
     if not col.cells:
         return unavailable(f"{col.runtime} has no cells in run {col.run['run_id']}", notes)
-    return unavailable(f"{col.runtime} ran only failing-model variants: no {what}", notes)
+    why = "failing-model variants or lifecycle scenarios"
+    return unavailable(f"{col.runtime} ran only {why}: no {what}", notes)
 
 
 def _first_metric(col: Column, key: str, notes: Notes) -> list[Item]:
@@ -352,7 +436,10 @@ def _os_chip(col: Column, notes: Notes) -> list[Item]:
     for _, c in col.cells:
         for d in as_list(c["evidence"].get("devices")):
             if isinstance(d, dict):
-                text = str(d.get("name") or d.get("error") or d)
+                named = d.get("name") or d.get("error")
+                if not named and d.get("ep"):  # ONNX Runtime's EP devices
+                    named = f"{d['ep']} ({d.get('type') or '?'}, {d.get('vendor') or '?'})"
+                text = str(named or d)
                 text += f" ({d['description']})" if d.get("description") else ""
                 devices.append(text)
             else:
@@ -459,7 +546,11 @@ def _facilities(col: Column, notes: Notes) -> list[Item]:
     for _, c in col.cells:
         fac = c["evidence"].get("debug_facilities")
         if isinstance(fac, dict):
-            found += [k if v is True else f"{k}: {v}" for k, v in fac.items() if v is not False]
+            for k, v in fac.items():
+                if isinstance(v, dict) and "available" in v:  # {"available": bool, "how": ...}
+                    found += [k] if v.get("available") else []
+                elif v is not False:
+                    found.append(k if v is True else f"{k}: {v}")
         elif isinstance(fac, list | tuple):
             found += [str(f) for f in fac]
         elif fac:
@@ -490,6 +581,12 @@ def _placement(col: Column, notes: Notes) -> list[Item]:
                     f"used {pl.get('used')}" + (f" ({pl['detail']})" if pl.get("detail") else "")
                 )
     items = []
+    counts = []
+    for _, c in col.cells:
+        n = as_dict(as_dict(c["evidence"]).get("partitions")).get("partitions")
+        n = as_dict(as_dict(c["evidence"]).get("placement")).get("partitions") if n is None else n
+        if isinstance(n, int) and not isinstance(n, bool):
+            counts.append((fixture_label(c), n))
     if layers:
         text = ", ".join(f"{dev} ×{n}" for dev, n in layers.items())
         items.append(Item("layers", (Part("", Value(text, "evidence", "from the load log")),)))
@@ -498,9 +595,54 @@ def _placement(col: Column, notes: Notes) -> list[Item]:
         css = "v-FAIL" if fallbacks else ""
         value = Value(text, "evidence", "; ".join(fallbacks) or "ran where asked", None, css)
         items.append(Item("fallback", (Part("", value),)))
+    if counts:
+        lo, hi = min(n for _, n in counts), max(n for _, n in counts)
+        value = Value(
+            f"{lo} … {hi}" if lo != hi else str(lo),
+            "evidence",
+            "; ".join(f"{label}: {n}" for label, n in counts) + " (see the partitions panel)",
+        )
+        items.append(Item("partitions", (Part("", value),)))
     if not items:
         why = f"the {col.runtime} adapter reports no placement evidence"
         items.append(Item("", (Part("", unavailable(why, notes)),)))
+    return items
+
+
+def _lifecycle(col: Column, notes: Notes) -> list[Item]:
+    """Per scenario cell: its checks and one headline figure; the panel has the rest."""
+    cells = [(scenario_of(c), c) for _, c in col.cells]
+    found = [(sc, c) for sc, c in cells if sc is not None]
+    if not found:
+        value = Value("not run", "matrix", f"{col.runtime} ran no lifecycle scenario cell")
+        return [Item("", (Part("", value),))]
+    items = []
+    for sc, c in found:
+        metrics = as_dict(c.get("metrics"))
+        lc = metrics.get("lifecycle_checks")
+        checks = metric_value(lc if isinstance(lc, dict) else None, notes, "lifecycle_checks")
+        passed = str(checks.text).split("/")
+        if len(passed) == 2 and passed[0] != passed[1]:
+            checks = Value(checks.text, checks.source, checks.title, checks.note, "v-FAIL")
+        parts = [Part("checks", checks)]
+        if sc == "stream":
+            parts.append(Part("TTFT", metric_value(metrics.get("stream_ttft_s"), notes, "TTFT")))
+        elif sc == "cancel":
+            for key in metrics:
+                found_mode = re.fullmatch(r"cancel_([a-z0-9]+)_stop_latency_s", str(key))
+                if found_mode:
+                    parts.append(Part(found_mode.group(1), metric_value(metrics[key], notes)))
+        elif sc == "serve":
+            levels = sorted(
+                int(m.group(1))
+                for k in metrics
+                if (m := re.fullmatch(r"serve_c(\d+)_ttft_p50_s", str(k)))
+            )
+            if levels:
+                key = f"serve_c{levels[-1]}_ttft_p50_s"
+                parts.append(Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes)))
+        label = sc if [s for s, _ in found].count(sc) == 1 else f"{sc} {fixture_label(c)}"
+        items.append(Item(label, tuple(parts)))
     return items
 
 
@@ -592,6 +734,11 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     ("parity", "greedy tokens agreeing with the numpy reference", _parity),
     ("debugging", "debug facilities the runtime offers (probed)", _facilities),
     ("placement / fallback", "where layers ran; whether work fell back", _placement),
+    (
+        "lifecycle",
+        "stream / cancel / serve scenario checks; cancel → stopped per mode (panel below)",
+        _lifecycle,
+    ),
 )
 
 

@@ -1,0 +1,548 @@
+"""The lifecycle panel: what the ``stream``, ``cancel`` and ``serve`` scenario cells measured.
+
+Read from the metrics ``rtmatrix.scenarios.*.metrics`` writes (``stream_*``, ``cancel_<mode>_*``,
+``serve_c<N>_*``, ``serve_*``) and the ``lifecycle_checks`` metric's detail (checks, findings,
+skipped phases, request state traces). Every value keeps its metric's source; a metric the cell
+did not record shows as unavailable with its reason, and a cell that ended before measuring gets
+one note instead of empty tables. Nothing here raises on a missing or odd-typed entry.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtmatrix.report import plots
+from rtmatrix.report.views import (
+    SCENARIOS,
+    Column,
+    Notes,
+    Part,
+    Table,
+    TableRow,
+    Value,
+    as_dict,
+    as_list,
+    fixture_label,
+    fmt_bytes,
+    metric_value,
+    params_label,
+    scenario_of,
+    text,
+    unavailable,
+    varying_params,
+)
+
+MAX_TRACES = 60  # request traces listed per cell; the rest stay in the run record
+_MODE_KEYS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth_bytes")
+_MODE = re.compile(rf"^cancel_([a-z0-9]+)_(?:{'|'.join(_MODE_KEYS)}|to_last_token_s)$")
+_LEVEL = re.compile(r"^serve_c(\d+)_")
+SCENARIO_HELP = {
+    "stream": "tokens streamed through the runtime's own streaming API",
+    "cancel": "a long generation cancelled after k tokens, cycle after cycle, per cancel mode",
+    "serve": "the runtime's own server on loopback, with concurrent streaming clients",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool | None
+    detail: str
+
+
+@dataclass
+class Card:
+    """One scenario cell of the panel."""
+
+    anchor: str
+    runtime: str
+    run_id: str
+    label: str
+    scenario: str
+    verdict: str
+    status: str
+    message: str
+    api: str = ""
+    checks_value: Value | None = None
+    facts: list[Part] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    traces: Table | None = None
+    traces_total: int = 0
+    note: str | None = None
+
+
+@dataclass
+class Panel:
+    cards: list[Card]
+    plots: list[plots.Plot]
+    note: str | None = None
+
+    @property
+    def failed_checks(self) -> int:
+        return sum(1 for c in self.cards for ch in c.checks if ch.ok is False)
+
+
+def _metrics(cell: dict[str, Any]) -> dict[str, Any]:
+    return as_dict(cell.get("metrics"))
+
+
+def _m(cell: dict[str, Any], key: str) -> dict[str, Any] | None:
+    found = _metrics(cell).get(key)
+    return found if isinstance(found, dict) else None
+
+
+def _num(metric: dict[str, Any] | None, key: str = "value") -> float | None:
+    v = (metric or {}).get(key)
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _checks(cell: dict[str, Any]) -> list[Check]:
+    out = []
+    for c in as_list(as_dict(_m(cell, "lifecycle_checks")).get("checks")):
+        if isinstance(c, dict):
+            ok = c.get("ok")
+            out.append(
+                Check(
+                    str(c.get("name", "?")),
+                    ok if isinstance(ok, bool) else None,
+                    str(c.get("detail") or ""),
+                )
+            )
+        else:
+            out.append(Check(str(c), None, ""))
+    return out
+
+
+def _value(cell: dict[str, Any], key: str, notes: Notes) -> Value:
+    return metric_value(_m(cell, key), notes, key)
+
+
+def _flagged(v: Value, bad: bool | None, why: str) -> Value:
+    """``v`` marked as failing (its check failed) with the check's words on hover."""
+    if not bad:
+        return v
+    title = f"{why}; {v.title}" if v.title else why
+    return Value(v.text, v.source, title, v.note, f"{v.css} v-FAIL".strip())
+
+
+# --- stream ---------------------------------------------------------------------------------
+
+
+def _stream(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    card.facts += [
+        Part("time to first chunk", _value(cell, "stream_ttft_s", notes)),
+        Part("first token sampled", _value(cell, "stream_first_token_s", notes)),
+        Part("longest token → chunk wait", _value(cell, "stream_delivery_lag_max_s", notes)),
+        Part("tokens per stream", _value(cell, "stream_tokens", notes)),
+        Part("chunks per stream", _value(cell, "stream_chunks", notes)),
+    ]
+    if _m(cell, "stream_state_after_release_bytes"):
+        card.facts.append(
+            Part("state after release", _value(cell, "stream_state_after_release_bytes", notes))
+        )
+    rows = []
+    for key, label, what in (
+        ("stream_token_gap", "token gap", "between sampled tokens (the runtime's per-token hook)"),
+        ("stream_chunk_gap", "chunk gap", "between chunks reaching the consumer"),
+    ):
+        cells = tuple(_value(cell, f"{key}_{q}_s", notes) for q in ("p50", "p90", "p99"))
+        n = _num(_m(cell, f"{key}_p50_s"), "n")
+        rows.append(TableRow(label, cells, f"{what}; n={n:g}" if n else what))
+    card.tables.append(Table("stream gaps", ("interval", "p50", "p90", "p99"), tuple(rows)))
+
+
+# --- cancel ---------------------------------------------------------------------------------
+
+
+def cancel_modes(cell: dict[str, Any]) -> list[str]:
+    return list(dict.fromkeys(m.group(1) for k in _metrics(cell) if (m := _MODE.match(str(k)))))
+
+
+def _leak(cell: dict[str, Any], mode: str, checks: dict[str, Check], notes: Notes) -> Value:
+    key = f"cancel_{mode}_rss_growth_bytes"
+    metric = _m(cell, key)
+    v = metric_value(metric, notes, key)
+    growth, tol = _num(metric), _num(metric, "tolerance_bytes")
+    check = checks.get(f"cancel_{mode}_rss_leak")
+    if growth is None:
+        return v
+    n = len(as_list((metric or {}).get("rss_after_each")))
+    words = f"+{v.text}" if growth >= 0 else v.text
+    words += f" (tolerance {fmt_bytes(tol)})" if tol is not None else ""
+    title = f"RSS after {n or 'N'} cycles minus after cycle 1"
+    title += f"; check {check.name}: {check.detail}" if check else ""
+    failed = (
+        check.ok is False if check and check.ok is not None else (tol is not None and growth > tol)
+    )
+    css = "v-FAIL" if failed else "v-PASS" if (check and check.ok) or tol is not None else ""
+    return Value(words, v.source, title, None, css)
+
+
+def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    checks = {c.name: c for c in card.checks}
+    modes = cancel_modes(cell)
+    rows = []
+    for mode in modes:
+        pre = f"cancel_{mode}"
+        took = checks.get(f"{pre}_took_effect")
+        bounded = checks.get(f"{pre}_tokens_after_bounded")
+        after = _value(cell, f"{pre}_tokens_after", notes)
+        after = _flagged(
+            after, bounded is not None and bounded.ok is False, bounded.detail if bounded else ""
+        )
+        stop = _value(cell, f"{pre}_stop_latency_s", notes)
+        stop = _flagged(stop, took is not None and took.ok is False, took.detail if took else "")
+        mode_checks = [c for n, c in checks.items() if n.startswith(f"{pre}_")]
+        failed = [c.name for c in mode_checks if c.ok is False]
+        verdict = (
+            Value(
+                f"{len(mode_checks) - len(failed)}/{len(mode_checks)} ok",
+                str(as_dict(_m(cell, "lifecycle_checks")).get("source") or "harness-clock"),
+                "; ".join(f"{c.name}: {c.detail}" for c in mode_checks),
+                None,
+                "v-FAIL" if failed else "v-PASS",
+            )
+            if mode_checks
+            else text("—", "no checks recorded for this mode")
+        )
+        cycles = _num(as_dict(as_dict(_m(cell, f"{pre}_stop_latency_s")).get("stats")), "n")
+        rows.append(
+            TableRow(
+                mode,
+                (
+                    stop,
+                    _value(cell, f"{pre}_release_latency_s", notes),
+                    _value(cell, f"{pre}_to_last_token_s", notes),
+                    after,
+                    _leak(cell, mode, checks, notes),
+                    _value(cell, f"{pre}_rss_slope_bytes_per_cycle", notes),
+                    verdict,
+                ),
+                f"{cycles:g} counted cycles" if cycles else "",
+                data=mode,
+            )
+        )
+    if rows:
+        card.tables.append(
+            Table(
+                "cancel modes",
+                (
+                    "mode",
+                    "cancel → stopped",
+                    "cancel → released",
+                    "cancel → last token",
+                    "tokens after cancel",
+                    "RSS after N vs 1 cycle",
+                    "RSS slope",
+                    "checks",
+                ),
+                tuple(rows),
+                "latencies: median over cycles; last token and tokens after the cancel: max",
+            )
+        )
+    else:
+        card.note = card.note or "no cancel mode recorded a measurement"
+    state_rows = []
+    for key, label in (("state_bytes", "runtime state"), ("kv_tokens", "KV tokens")):
+        phases = [
+            f"cancel_{m}_{key}_{ph}"
+            for m in modes
+            for ph in ("during", "after_close", "after_release")
+        ]
+        if any(_m(cell, k) for k in phases):
+            for mode in modes:
+                state_rows.append(
+                    TableRow(
+                        f"{label} · {mode}",
+                        tuple(
+                            _value(cell, f"cancel_{mode}_{key}_{ph}", notes)
+                            for ph in ("during", "after_close", "after_release")
+                        ),
+                    )
+                )
+    for mode in modes:
+        if any(_m(cell, f"cancel_{mode}_rss_{ph}_bytes") for ph in ("during", "after_release")):
+            state_rows.append(
+                TableRow(
+                    f"worker RSS · {mode}",
+                    tuple(
+                        _value(cell, f"cancel_{mode}_rss_{ph}_bytes", notes)
+                        for ph in ("during", "after_close", "after_release")
+                    ),
+                )
+            )
+    if state_rows:
+        card.tables.append(
+            Table(
+                "memory and runtime state",
+                ("what", "during generation", "after the stream closed", "after release"),
+                tuple(state_rows),
+                "median over cycles",
+            )
+        )
+    if _m(cell, "cancel_rss_before_bytes"):
+        card.facts.append(
+            Part("RSS before cycle 1", _value(cell, "cancel_rss_before_bytes", notes))
+        )
+    probe = _m(cell, "cancel_prefill_latency_s")
+    v = metric_value(probe, notes, "cancel_prefill_latency_s")
+    if probe and probe.get("value") is not None:
+        extra = [f"{probe['aborted']} attempts aborted" if probe.get("aborted") else ""]
+        if _num(probe, "uncancelled_prefill_s") is not None:
+            extra.append(f"uncancelled prefill {fmt_s(_num(probe, 'uncancelled_prefill_s'))}")
+        if probe.get("prefill_tokens"):
+            extra.append(f"{probe['prefill_tokens']}-token prompt")
+        title = "; ".join(x for x in [v.title, *extra] if x)
+        v = Value(v.text, v.source, title, v.note, v.css)
+    card.facts.append(Part("mid-prefill cancel", v))
+
+
+def fmt_s(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value * 1e3:.2f} ms" if abs(value) < 1 else f"{value:.2f} s"
+
+
+# --- serve ----------------------------------------------------------------------------------
+
+
+def serve_levels(cell: dict[str, Any]) -> list[int]:
+    found = {int(m.group(1)) for k in _metrics(cell) if (m := _LEVEL.match(str(k)))}
+    return sorted(found)
+
+
+def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    rows = []
+    for n in serve_levels(cell):
+        pre = f"serve_c{n}"
+        err = _m(cell, f"{pre}_errors")
+        ev = metric_value(err, notes, f"{pre}_errors")
+        if err and _num(err) is not None:
+            total = _num(err, "requests")
+            words = f"{_num(err):g}" + (f" of {total:g}" if total is not None else "")
+            ev = Value(
+                words,
+                ev.source,
+                "requests that did not complete",
+                None,
+                "v-FAIL" if _num(err) else "",
+            )
+        rows.append(
+            TableRow(
+                str(n),
+                (
+                    _value(cell, f"{pre}_ttft_p50_s", notes),
+                    _value(cell, f"{pre}_ttft_p90_s", notes),
+                    _value(cell, f"{pre}_ttft_p99_s", notes),
+                    _value(cell, f"{pre}_tpot_p50_s", notes),
+                    _value(cell, f"{pre}_tpot_p90_s", notes),
+                    _value(cell, f"{pre}_throughput_tps", notes),
+                    ev,
+                ),
+                data=str(n),
+            )
+        )
+    if rows:
+        card.tables.append(
+            Table(
+                "per concurrency",
+                (
+                    "concurrent streams",
+                    "TTFT p50",
+                    "TTFT p90",
+                    "TTFT p99",
+                    "TPOT p50",
+                    "TPOT p90",
+                    "tokens/s (all streams)",
+                    "errors",
+                ),
+                tuple(rows),
+                "client side; TTFT and TPOT pooled over rounds; throughput: median over rounds",
+            )
+        )
+    else:
+        card.note = card.note or "no concurrency level recorded a measurement"
+    survived = _m(cell, "serve_survived")
+    sv = metric_value(survived, notes, "serve_survived")
+    if survived and survived.get("value") is not None:
+        sv = Value(
+            sv.text,
+            sv.source,
+            str(survived.get("detail") or sv.title),
+            None,
+            "v-PASS" if survived.get("value") == "yes" else "v-FAIL",
+        )
+    card.facts += [
+        Part("survived the abuse", sv),
+        Part("startup", _value(cell, "serve_startup_s", notes)),
+        Part(
+            "after a client disconnect, next TTFT",
+            _value(cell, "serve_disconnect_next_ttft_s", notes),
+        ),
+        Part(
+            "behind a slow consumer, TTFT", _value(cell, "serve_behind_slow_consumer_ttft_s", notes)
+        ),
+    ]
+    for key, label in (("serve_health_status", "/health"), ("serve_metrics_status", "/metrics")):
+        if _m(cell, key):
+            card.facts.append(Part(label, _status(cell, key, notes, want_ok=True)))
+    for name in ("invalid_json", "wrong_types", "over_context"):
+        key = f"serve_malformed_{name}_status"
+        if _m(cell, key):
+            card.facts.append(
+                Part(
+                    f"malformed: {name.replace('_', ' ')}", _status(cell, key, notes, want_ok=False)
+                )
+            )
+    for key, label in (
+        ("serve_default_interrupted_streams", "streams interrupted by the default settings"),
+        ("serve_server_rss_start_bytes", "server RSS after start"),
+        ("serve_server_rss_after_abuse_bytes", "server RSS after the abuse"),
+    ):
+        if _m(cell, key):
+            card.facts.append(Part(label, _value(cell, key, notes)))
+
+
+def _status(cell: dict[str, Any], key: str, notes: Notes, *, want_ok: bool) -> Value:
+    """An HTTP status: an endpoint should answer < 400; a malformed request should get a 4xx."""
+    metric = _m(cell, key)
+    v = metric_value(metric, notes, key)
+    status = _num(metric)
+    if status is None:
+        return v
+    good = status < 400 if want_ok else 400 <= status < 500
+    body = str(as_dict(metric).get("body") or as_dict(metric).get("detail") or "")[:300]
+    return Value(v.text, v.source, body or v.title, None, "" if good else "v-WARN")
+
+
+# --- traces ---------------------------------------------------------------------------------
+
+
+def _t(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _traces(cell: dict[str, Any], card: Card) -> None:
+    traces = [
+        t
+        for t in as_list(as_dict(_m(cell, "lifecycle_checks")).get("traces"))
+        if isinstance(t, dict)
+    ]
+    card.traces_total = len(traces)
+    if not traces:
+        return
+    src = str(as_dict(_m(cell, "lifecycle_checks")).get("source") or "harness-clock")
+    rows = []
+
+    def since(tr: dict[str, Any], key: str, base_key: str = "queued") -> Value:
+        at, base = _t(tr.get(key)), _t(tr.get(base_key))
+        if at is None or base is None:
+            return text("—", f"no {key.replace('_', ' ')} recorded")
+        return Value(fmt_s(at - base), src, f"{key} at {at:.6f} s")
+
+    for tr in traces[:MAX_TRACES]:
+        terminal = str(tr.get("terminal") or "none")
+        css = "" if terminal in ("completed", "cancelled") else "v-WARN"
+        if tr.get("terminal") is None:
+            css = "v-FAIL"
+        rows.append(
+            TableRow(
+                str(tr.get("name", "?")),
+                (
+                    since(tr, "prefill_start"),
+                    since(tr, "first_token"),
+                    Value(str(len(as_list(tr.get("tokens")))), src, "token events recorded"),
+                    text(terminal, str(tr.get("error") or ""), css),
+                    since(tr, "terminal_t"),
+                    since(tr, "released", "terminal_t"),
+                    Value(str(tr["tokens_after_cancel"]), src, "tokens sampled after the cancel")
+                    if "tokens_after_cancel" in tr
+                    else text(""),
+                ),
+            )
+        )
+    card.traces = Table(
+        "request state traces",
+        (
+            "request",
+            "queued → prefill",
+            "queued → first token",
+            "tokens",
+            "terminal",
+            "queued → terminal",
+            "terminal → released",
+            "tokens after cancel",
+        ),
+        tuple(rows),
+    )
+
+
+# --- the panel ------------------------------------------------------------------------------
+
+
+def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes: Notes) -> Card:
+    scenario = scenario_of(cell) or "?"
+    outcome = as_dict(cell.get("outcome"))
+    label = fixture_label(cell)
+    if vary:
+        label += f" {params_label(cell, vary)}"
+    lc = _m(cell, "lifecycle_checks")
+    card = Card(
+        anchor,
+        col.label,
+        str(col.run.get("run_id", "")),
+        label,
+        scenario,
+        str(cell.get("verdict", "")),
+        str(outcome.get("status", "?")),
+        str(outcome.get("message") or ""),
+        str((lc or {}).get("api") or ""),
+    )
+    card.checks = _checks(cell)
+    if lc is not None:
+        v = metric_value(lc, notes, "lifecycle_checks")
+        failed = any(c.ok is False for c in card.checks)
+        card.checks_value = Value(
+            v.text,
+            v.source,
+            "lifecycle checks passed",
+            v.note,
+            "v-FAIL" if failed else "v-PASS" if card.checks else "",
+        )
+        card.findings = [str(f) for f in as_list(lc.get("findings"))]
+        card.skipped = [(str(k), str(v)) for k, v in as_dict(lc.get("skipped")).items()]
+    measured = [k for k in _metrics(cell) if str(k).startswith(f"{scenario}_")]
+    if not measured and lc is None:
+        why = f"the cell ended with outcome {card.status} before the {scenario} scenario measured"
+        card.note = f"no data: {why}" + (f" ({card.message})" if card.message else "")
+        card.checks_value = unavailable(why, notes)
+        return card
+    {"stream": _stream, "cancel": _cancel, "serve": _serve}.get(scenario, _none)(cell, card, notes)
+    _traces(cell, card)
+    return card
+
+
+def _none(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    card.note = f"no view for scenario {card.scenario!r}; its metrics are in the evidence"
+
+
+def panel(cols: list[Column], notes: Notes) -> Panel:
+    """Every scenario cell, in column then matrix order, plus the panel's plots."""
+    found = [(col, a, c) for col in cols for a, c in col.cells if scenario_of(c) is not None]
+    cards = []
+    for col, anchor, cell in found:
+        twins = [c for _, _, c in found if fixture_label(c) == fixture_label(cell)]
+        cards.append(_card(col, anchor, cell, varying_params(twins), notes))
+    note = None
+    if not cards:
+        note = (
+            "no data: no cell ran a lifecycle scenario; give a fixture "
+            f"scenario = {' | '.join(repr(s) for s in SCENARIOS)} (see matrix/lifecycle.toml)"
+        )
+    figures = [plots.ttft_vs_concurrency(cols), plots.cancel_leak(cols)] if cards else []
+    return Panel(cards, figures, note)
