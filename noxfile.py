@@ -39,6 +39,7 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnxruntime": ("onnxruntime", ("onnxruntime",)),
     "onnxruntime-genai": ("onnxruntime-genai", ("onnxruntime_genai",)),
     "apache-tvm": ("mlc", ("tvm_aot", "tvm_jit")),
+    "onnxruntime-openvino": ("onnxruntime-openvino", ("ort_openvino", "ort_cpu_control")),
 }
 RESULTS = Path("results")
 UPGRADE_REPORT = Path("reports/upgrade")
@@ -58,7 +59,7 @@ def _run_rows(session: nox.Session, distribution: str) -> None:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    session.install("-e", ".[llama-cpp,test]", env=BUILD_ENV)
+    session.install("-e", ".[all,test]", env=BUILD_ENV)
     session.run("pytest", *session.posargs)
 
 
@@ -188,3 +189,12 @@ def serve(session: nox.Session) -> None:
     """Lifecycle matrix (stream, cancel, serve): llama-cpp-python with its server extras."""
     session.install("-e", ".[llama-cpp,llama-cpp-server]", env=BUILD_ENV)
     session.run("rtmatrix", "run", *_matrix_args(session, "matrix/lifecycle.toml"))
+
+
+@nox.session(python=PYTHON)
+def openvino(session: nox.Session) -> None:
+    """ONNX Runtime + OpenVINO EP (delegate on) and its CPU-EP control in a venv of its own:
+    onnxruntime-openvino installs the same `onnxruntime` module as the plain wheel."""
+    session.install("-e", ".[onnxruntime-openvino,test]")
+    session.run("pytest", "tests/integration/test_openvino.py", "tests/unit/test_partitions.py")
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino.toml"))
