@@ -606,7 +606,10 @@ def _progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
     else:
         figs = f"  {out['message'][:120]}"
-    head = f"[{i}/{n}] {cell.runtime} x {cell.fixture.label}: {out['status']} {rec['verdict']}"
+    tag = cell.key.rsplit("|", 1)[-1]
+    head = (
+        f"[{i}/{n}] {cell.runtime} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
+    )
     return f"{head} ({rec['wall_s']:.1f} s){figs}"
 
 

@@ -95,7 +95,7 @@ class LlamaCppAdapter(Adapter):
             errors = [text.strip() for lvl, text in self._log if lvl == "error"][-3:]
             if not errors:
                 raise
-            msg = f"{exc} — llama.cpp: {' | '.join(errors)}"
+            msg = f"llama.cpp: {' | '.join(errors)} ({exc})"
             raise type(exc)(msg) from exc
         self._ctx = self._llm._ctx.ctx
         self._n_vocab = int(self._llm.n_vocab())
