@@ -117,10 +117,26 @@ def test_without_apache_tvm_the_build_is_unavailable(
         ({}, ("aot", True, True)),
         ({"mode": "jit"}, ("jit", False, True)),
         ({"mode": "aot", "runtime_only": False, "verify": False}, ("aot", False, False)),
+        ({"cancel_cycles": 3, "leak_tolerance_mb": 8.0}, ("aot", True, True)),
+        ({"mode": "jit", "cancel_after_tokens": 2}, ("jit", False, True)),
     ],
 )
 def test_adapter_options(options: dict[str, Any], expected: tuple[str, bool, bool]) -> None:
     assert tvm_adapter._check_options(options) == expected
+
+
+def test_unknown_options_are_ignored_and_listed() -> None:
+    options = {"mode": "aot", "cancel_cycles": 3, "cancel_after_tokens": 2, "leak_tolerance_mb": 8}
+    assert tvm_adapter._check_options(options) == ("aot", True, True)
+    assert tvm_adapter.ignored_options(options) == [
+        "cancel_after_tokens",
+        "cancel_cycles",
+        "leak_tolerance_mb",
+    ]
+    assert tvm_adapter.ignored_options({"mode": "jit", "allocator": "pooled"}) == []
+    # the values of the keys TVM uses are still checked, beside ignored ones
+    with pytest.raises(tvm_adapter.TvmOptionError, match="valid: naive, pooled"):
+        tvm_adapter._check_options({"cancel_cycles": 3, "allocator": "arena"})
 
 
 @pytest.mark.parametrize(
@@ -128,7 +144,6 @@ def test_adapter_options(options: dict[str, Any], expected: tuple[str, bool, boo
     [
         ({"mode": "interpreted"}, "valid: aot, jit"),
         ({"mode": "jit", "runtime_only": True}, "needs TVM's compiler"),
-        ({"providers": ["cuda"]}, "unknown tvm option"),
         ({"allocator": "arena"}, "valid: naive, pooled"),
     ],
 )

@@ -18,6 +18,11 @@ Options (``[[runtimes]] options``):
                    sizes: the pooled allocator keeps them all (+80 MB on ``small`` after 64
                    tokens), the naive one frees them, at no measurable speed cost here.
 
+Other keys are not an error: the matrix merges fixture-level options meant for other parts (a
+scenario's ``cancel_cycles``, ``leak_tolerance_mb``, ...) into every row's options. They are
+ignored and listed under ``ignored_options`` in the evidence; the values of the keys above are
+still checked.
+
 Both options that change the import are needed before ``import_runtime``; the worker passes
 the options at ``load``. Until it calls :meth:`TvmAdapter.configure` first, the adapter reads
 them from the worker's job file (the one ``python -m rtmatrix.worker JOB.json`` runs).
@@ -70,11 +75,16 @@ OPTIONS = ("mode", "runtime_only", "verify", "allocator")
 ALLOCATORS = ("naive", "pooled")
 
 
+def ignored_options(options: dict[str, Any]) -> list[str]:
+    """The option keys this adapter does not use. Not an error: the matrix merges fixture-level
+    options meant for other parts (a scenario's ``cancel_cycles``, ``leak_tolerance_mb``, ...)
+    into every row's options; they are ignored and listed in the evidence."""
+    return sorted(set(options) - set(OPTIONS))
+
+
 def _check_options(options: dict[str, Any]) -> tuple[str, bool, bool]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        msg = f"unknown tvm option(s) {unknown}; valid: {', '.join(OPTIONS)}"
-        raise TvmOptionError(msg)
+    """(mode, runtime_only, verify) from the row's options; validates the values of the keys
+    this adapter uses and ignores the others (:func:`ignored_options`)."""
     if str(options.get("allocator", "naive")) not in ALLOCATORS:
         msg = f"tvm option allocator={options['allocator']!r}; valid: {', '.join(ALLOCATORS)}"
         raise TvmOptionError(msg)
@@ -157,6 +167,7 @@ class TvmAdapter(Adapter):
 
     def __init__(self) -> None:
         self._options: dict[str, Any] | None = None
+        self._ignored: list[str] = []
         self._mode = "aot"
         self._runtime_only = True
         self._tvm: Any = None
@@ -187,6 +198,7 @@ class TvmAdapter(Adapter):
     def import_runtime(self) -> str:
         options = self._options or {}
         self._mode, self._runtime_only, _ = _check_options(options)
+        self._ignored = ignored_options(options)
         already = "tvm" in sys.modules
         if self._runtime_only and not already:
             os.environ["TVM_USE_RUNTIME_LIB"] = "1"
@@ -207,6 +219,7 @@ class TvmAdapter(Adapter):
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
         mode, runtime_only, verify = _check_options(params.options)
+        self._ignored = ignored_options(params.options)
         if (mode, runtime_only) != (self._mode, self._runtime_only):
             msg = (
                 f"tvm options at load (mode={mode}, runtime_only={runtime_only}) differ from "
@@ -397,6 +410,7 @@ class TvmAdapter(Adapter):
         return {
             "row_label": self.row_label(),
             "mode": self._mode,
+            "ignored_options": self._ignored,
             "runtime_import": {
                 "runtime_only_requested": self._runtime_only,
                 "libraries_mapped": mapped,
