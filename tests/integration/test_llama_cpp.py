@@ -128,6 +128,9 @@ def test_evidence_shows_placement_and_system_info(tiny_run: dict[str, Any]) -> N
     assert ev["layer_placement"]["CPU"] == 5  # 4 blocks + output layer, all on the CPU
     assert ev["system_info"].startswith("CPU :")
     assert ev["gpu_offload_supported"] is False
+    facilities = ev["debug_facilities"]
+    assert facilities["log_callback"]["available"] and facilities["log_callback"]["used"]
+    assert facilities["perf_counters"]["available"]
     assert ev["log_lines_total"] > 50
     assert any("buffer size" in line for line in ev["log_excerpt"])
 

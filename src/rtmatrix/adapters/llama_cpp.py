@@ -268,6 +268,34 @@ class LlamaCppAdapter(Adapter):
         except (ImportError, AttributeError, OSError) as exc:
             return [{"error": f"device enumeration unavailable: {exc}"}]
 
+    def _debug_facilities(self) -> dict[str, Any]:
+        """What this llama-cpp-python build offers for debugging, probed on the binding."""
+        lib = self._lib
+        return {
+            "log_callback": {
+                "available": hasattr(lib, "llama_log_set"),
+                "used": self._log_cb is not None,
+                "how": "llama_log_set(callback): every load/run log line, even with verbose=False",
+            },
+            "perf_counters": {
+                "available": hasattr(lib, "llama_perf_context"),
+                "used": True,
+                "how": "llama_perf_context(ctx) after llama_synchronize: prompt/eval ms and tokens",
+            },
+            "system_info": {
+                "available": hasattr(lib, "llama_print_system_info"),
+                "how": "llama_print_system_info(): compiled CPU features and backends",
+            },
+            "state_inspection": {
+                "available": hasattr(lib, "llama_state_get_size"),
+                "how": "llama_state_get_size(ctx): bytes of the context/KV state",
+            },
+            "abort_callback": {
+                "available": hasattr(lib, "llama_set_abort_callback"),
+                "how": "llama_set_abort_callback(ctx, fn): stop a running decode",
+            },
+        }
+
     def evidence(self) -> dict[str, Any]:
         lib = self._lib
         if lib is None:
@@ -279,6 +307,7 @@ class LlamaCppAdapter(Adapter):
             if m:
                 placement[m.group(1).rstrip(",")] = placement.get(m.group(1).rstrip(","), 0) + 1
         return {
+            "debug_facilities": self._debug_facilities(),
             "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
             "gpu_offload_supported": bool(lib.llama_supports_gpu_offload()),
             "devices": self._devices(),
