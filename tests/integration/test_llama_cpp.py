@@ -11,17 +11,9 @@ from rtmatrix.fixtures import prepare_fixture
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
+from tests.helpers.metrics import ENERGY_METRICS, GENERATE_METRICS, SOURCES
 
 pytestmark = pytest.mark.integration
-
-SOURCES = {
-    "runtime-counter",
-    "harness-clock",
-    "os-accounting",
-    "package-metadata",
-    "modelled",
-    "unavailable",
-}
 
 
 def _run(tmp_path: Path, repo: Path, body: str) -> dict[str, Any]:
@@ -69,36 +61,12 @@ def test_other_dtypes_have_parity_recorded(tiny_run: dict[str, Any], dtype: str)
 
 
 def test_every_metric_present_with_a_source(tiny_run: dict[str, Any]) -> None:
-    expected = {
-        "package_size_bytes",
-        "license",
-        "cold_start_process_s",
-        "cold_start_import_s",
-        "cold_start_load_s",
-        "cold_start_first_token_s",
-        "cold_start_total_s",
-        "peak_rss_sampled_bytes",
-        "peak_rss_os_bytes",
-        "pp_tps",
-        "pp_tps_counter",
-        "tg_tps",
-        "tg_tps_counter",
-        "ttft_s",
-        "tpot_s",
-        "token_latency_p50_s",
-        "token_latency_p90_s",
-        "energy_j",
-        "energy_prefill_j",
-        "energy_decode_j",
-        "energy_per_token_j",
-        "power_w",
-    }
     for c in tiny_run["cells"]:
         m = c["metrics"]
-        assert set(m) == expected
+        assert set(m) == GENERATE_METRICS
         for name, metric in m.items():
             assert metric["source"] in SOURCES, name
-            if name.startswith(("energy_", "power_")):
+            if name in ENERGY_METRICS:
                 # this VM has no energy counter: unavailable, naming what was looked for
                 assert metric["value"] is None and "no /sys/class/powercap" in metric["reason"]
             else:

@@ -11,6 +11,7 @@ import pytest
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.runner import Launch, classify, launch, run_matrix
+from tests.helpers.metrics import GENERATE_METRICS, SOURCES
 
 HELPERS = "tests.helpers.adapters"
 
@@ -100,15 +101,9 @@ def test_memory_cap_gives_a_clean_out_of_memory_error(tmp_path: Path, repo: Path
 
 def test_metrics_all_carry_a_source(tmp_path: Path, repo: Path) -> None:
     cell = run(tmp_path, repo, matrix_text("NumpyAdapter"))["cells"][0]
+    assert set(cell["metrics"]) == GENERATE_METRICS
     for name, m in cell["metrics"].items():
-        assert m["source"] in {
-            "runtime-counter",
-            "harness-clock",
-            "os-accounting",
-            "package-metadata",
-            "modelled",
-            "unavailable",
-        }, name
+        assert m["source"] in SOURCES, name
         assert (m["value"] is None) == (m["source"] == "unavailable"), name
     # the numpy adapter has no runtime counters: unavailable, never 0
     assert cell["metrics"]["tg_tps_counter"]["value"] is None

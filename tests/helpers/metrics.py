@@ -1,0 +1,45 @@
+"""What every plain-generation cell records, whatever the runtime (integration tests share it)."""
+
+from __future__ import annotations
+
+SOURCES = frozenset(
+    {
+        "runtime-counter",
+        "hardware-counter",
+        "external-meter",
+        "harness-clock",
+        "os-accounting",
+        "package-metadata",
+        "modelled",
+        "unavailable",
+    }
+)
+
+GENERATE_METRICS = frozenset(
+    {
+        "package_size_bytes",
+        "license",
+        "cold_start_process_s",
+        "cold_start_import_s",
+        "cold_start_load_s",
+        "cold_start_first_token_s",
+        "cold_start_total_s",
+        "peak_rss_sampled_bytes",
+        "peak_rss_os_bytes",
+        "pp_tps",
+        "pp_tps_counter",
+        "tg_tps",
+        "tg_tps_counter",
+        "ttft_s",
+        "tpot_s",
+        "token_latency_p50_s",
+        "token_latency_p90_s",
+        "energy_j",
+        "energy_prefill_j",
+        "energy_decode_j",
+        "energy_per_token_j",
+        "power_w",
+    }
+)
+# this VM has no energy counter: these are unavailable, naming what was looked for
+ENERGY_METRICS = frozenset(m for m in GENERATE_METRICS if m.startswith(("energy_", "power_")))
