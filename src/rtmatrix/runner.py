@@ -322,9 +322,7 @@ def refine(
 class RunContext:
     matrix: Matrix
     record: dict[str, Any]
-    path: Path
     describe: dict[str, dict[str, Any]]
-    progress: Progress
     cwd: Path | None = None
 
 
@@ -442,7 +440,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     }
     if "error" in info:
         outcome = {"status": Status.ERROR, "phase": "adapter", "message": info["error"]}
-        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
+        return base | _not_run(cell, ctx, outcome, None)
     try:
         fx = prepare_fixture(
             cell.fixture.name,
@@ -454,10 +452,10 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
         )
     except ExporterUnavailable as exc:
         outcome = {"status": Status.UNAVAILABLE, "phase": "fixture", "message": str(exc)}
-        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
+        return base | _not_run(cell, ctx, outcome, None)
     except (FixtureError, ValueError, OSError) as exc:
         outcome = {"status": Status.ERROR, "phase": "fixture", "message": str(exc)}
-        return base | _finish(cell, ctx, None, None, outcome, None, Path(), {})
+        return base | _not_run(cell, ctx, outcome, None)
     base["fixture"] = fx.to_dict() | {"scenario": cell.fixture.scenario}
     cgroup = None
     if cell.run["memory_cgroup_mb"]:
@@ -466,13 +464,20 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             cgroup = memcap.create(cell.run["memory_cgroup_mb"] * 2**20, name)
         except memcap.CgroupUnavailable as exc:
             outcome = {"status": Status.UNAVAILABLE, "phase": "memory-cgroup", "message": str(exc)}
-            return base | _finish(cell, ctx, None, None, outcome, fx, Path(), {})
+            return base | _not_run(cell, ctx, outcome, fx)
     try:
         with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
             return base | _run_worker(ctx, cell, fx, Path(tmp), cgroup)
     finally:
         if cgroup:
             cgroup.remove()
+
+
+def _not_run(
+    cell: Cell, ctx: RunContext, outcome: dict[str, Any], fx: PreparedFixture | None
+) -> dict[str, Any]:
+    """The record of a cell that ended before a worker was started (no process evidence)."""
+    return _finish(cell, ctx, None, None, outcome, fx, Path(), {})
 
 
 def _run_worker(
@@ -666,7 +671,7 @@ def run_matrix(
     for s in skipped:
         progress(f"rtmatrix: skipped {s['key']}: {s['reason']}")
     save_run(record, path, skip_cells=len(record["cells"]))
-    ctx = RunContext(matrix, record, path, describe, progress, cwd)
+    ctx = RunContext(matrix, record, describe, cwd)
     n0 = len(record["cells"])
     try:
         for i, cell in enumerate(todo, n0 + 1):

@@ -155,23 +155,24 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
             phase = f"scenario:{scenario}"
             events.phase(phase)
             result["scenario"] = run_scenario(scenario, adapter, job, prompt, banned, mark)
-        for i in range(p["warmup"] + p["repetitions"] if scenario == "generate" else 0):
-            counted = i >= p["warmup"]
-            if counted and meter is None:
-                phase = "power"
-                events.phase(phase)
-                meter = power.open_meter(job.get("power"))
-            phase = "generate"
-            events.phase(phase, repetition=i, counted=counted)
-            rep = _run_repetition(
-                adapter, prompt, p["gen_tokens"], banned, meter if counted else None
-            )
-            if i == 0:
-                mark("first_token", rep["first_token_monotonic"])
-            first_logits = rep.pop("first_logits")
-            if counted and not result["reps"]:
-                np.save(job_dir / "first_logits.npy", first_logits)
-            result["reps" if counted else "warmup"].append(rep)
+        else:
+            for i in range(p["warmup"] + p["repetitions"]):
+                counted = i >= p["warmup"]
+                if counted and meter is None:
+                    phase = "power"
+                    events.phase(phase)
+                    meter = power.open_meter(job.get("power"))
+                phase = "generate"
+                events.phase(phase, repetition=i, counted=counted)
+                rep = _run_repetition(
+                    adapter, prompt, p["gen_tokens"], banned, meter if counted else None
+                )
+                if i == 0:
+                    mark("first_token", rep["first_token_monotonic"])
+                first_logits = rep.pop("first_logits")
+                if counted and not result["reps"]:
+                    np.save(job_dir / "first_logits.npy", first_logits)
+                result["reps" if counted else "warmup"].append(rep)
         phase = "evidence"
         events.phase(phase)
         result["evidence"] = adapter.evidence()
