@@ -10,7 +10,7 @@ import pytest
 
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
-from rtmatrix.runner import Launch, classify, launch, run_matrix
+from rtmatrix.runner import run_matrix
 from tests.helpers.metrics import GENERATE_METRICS, SOURCES
 
 HELPERS = "tests.helpers.adapters"
@@ -153,64 +153,13 @@ def test_interrupted_run_keeps_finished_cells(
             raise KeyboardInterrupt
         return real(ctx, cell)
 
-    monkeypatch.setattr(runner, "run_cell", flaky)
+    monkeypatch.setattr(runner.orchestrate, "run_cell", flaky)
     m = parse_matrix(matrix_text("NumpyAdapter", "RaisingAdapter"), tmp_path / "m.toml")
     with pytest.raises(KeyboardInterrupt):
         run_matrix(m, tmp_path / "res", progress=lambda _: None, cwd=repo)
     (path,) = (tmp_path / "res").glob("*.json")
     rec = load_run(path)
     assert rec["status"] == "interrupted" and len(rec["cells"]) == 1
-
-
-def _launch(**kw: Any) -> Launch:
-    base: dict[str, Any] = {
-        "returncode": 0,
-        "signal": None,
-        "timed_out": False,
-        "wall_s": 1.0,
-        "spawned": 0.0,
-        "peak_tree_rss": 1,
-        "maxrss": 1,
-        "stdout_tail": "",
-        "stderr_tail": "",
-    }
-    return Launch(**(base | kw))
-
-
-def test_classify_order() -> None:
-    assert (
-        classify(
-            _launch(timed_out=True, returncode=-9, signal="SIGKILL"),
-            {"status": "ok"},
-            "load",
-            0,
-            None,
-        )["status"]
-        == "hang"
-    )
-    assert (
-        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512, None)["status"]
-        == "oom-killed"
-    )
-    assert (
-        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0, None)["status"]
-        == "crash"
-    )
-    assert classify(_launch(returncode=1, stderr_tail="boom\n"), None, "load", 0, None)[
-        "message"
-    ].endswith("boom")
-    err = {"status": "error", "message": "std::bad_alloc", "phase": "load"}
-    clean = classify(_launch(returncode=3), err, "load", 300, None)
-    assert clean["status"] == "error" and clean["error_kind"] == "out-of-memory"
-
-
-def test_launch_samples_memory_and_reads_maxrss(tmp_path: Path) -> None:
-    job = tmp_path / "job.json"
-    job.write_text("{not json")
-    lau = launch([str(job)], tmp_path, 20, 0.01)
-    assert lau.returncode == 2 and "cannot read job file" in lau.stderr_tail
-    assert lau.maxrss and lau.maxrss > 1_000_000
-    assert not json.loads("[]")
 
 
 def test_garbage_result_and_output_flood_are_recorded(tmp_path: Path, repo: Path) -> None:
