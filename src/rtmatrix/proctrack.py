@@ -160,6 +160,8 @@ class Tracker:
                 self.cgroup = create_cgroup(self.name, shared)
             except memcap.CgroupUnavailable as exc:
                 self.cgroup_reason = str(exc)
+        self._cgroup_info: dict[str, Any] | None = None
+        self._nets = self._which_nets()
         self._root: psutil.Process | None = None
         self._worker: tuple[int, float] | None = None
         self._seen: dict[tuple[int, float], list[str]] = {}
@@ -192,6 +194,7 @@ class Tracker:
         except OSError as exc:
             self.cgroup_reason = f"cannot move the worker into {self.cgroup.path}: {exc.strerror}"
             self._drop_cgroup()
+            self._nets = self._which_nets()
 
     def poll(self) -> None:
         """Remember every process now under the worker or in its cgroup (pid + create time)."""
@@ -210,12 +213,9 @@ class Tracker:
 
     def describe(self) -> dict[str, Any]:
         """How this cell was tracked, for the evidence."""
-        out: dict[str, Any] = {
-            "nets": [str(n) for n in self._nets()],
-            "seen": len(self._seen),
-        }
-        if self.cgroup is not None:
-            out["cgroup"] = {"path": str(self.cgroup.path), "version": self.cgroup.version}
+        out: dict[str, Any] = {"nets": [str(n) for n in self._nets], "seen": len(self._seen)}
+        if self._cgroup_info:
+            out["cgroup"] = self._cgroup_info
         else:
             out["cgroup_unavailable"] = self.cgroup_reason
         return out
@@ -245,9 +245,11 @@ class Tracker:
         if not self._done:
             self.finish(FoundAt.INTERRUPT)
 
-    def _nets(self) -> list[FoundBy]:
+    def _which_nets(self) -> list[FoundBy]:
+        cg = self.cgroup
+        self._cgroup_info = {"path": str(cg.path), "version": cg.version} if cg else None
         nets = [FoundBy.DESCENDANTS]
-        if self.cgroup is not None:
+        if cg is not None:
             nets.insert(0, FoundBy.CGROUP)
         if self.token:
             nets.append(FoundBy.ENV_MARKER)
