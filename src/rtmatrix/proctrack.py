@@ -165,6 +165,7 @@ class Tracker:
         self._root: psutil.Process | None = None
         self._worker: tuple[int, float] | None = None
         self._seen: dict[tuple[int, float], list[str]] = {}
+        self._procs: dict[int, psutil.Process] = {}
         self._done = False
 
     def __enter__(self) -> Tracker:
@@ -196,20 +197,41 @@ class Tracker:
             self._drop_cgroup()
             self._nets = self._which_nets()
 
-    def poll(self) -> None:
-        """Remember every process now under the worker or in its cgroup (pid + create time)."""
-        procs: list[psutil.Process] = []
-        if self._root is not None:
-            with contextlib.suppress(psutil.Error):
-                procs = self._root.children(recursive=True)
+    def tree(self) -> list[psutil.Process]:
+        """The cell's live processes now, the worker first if alive: the cgroup's members where
+        there is one (one file read; detached processes included), else a walk of the worker's
+        descendants. Pass it to :meth:`poll` and to the parent's other per-sample readers."""
+        root = self._root
         if self.cgroup is not None:
-            known = {p.pid for p in procs}
-            procs += [p for p in _processes(self.cgroup.members()) if p.pid not in known]
-        for p in procs:
+            head = [root] if root is not None and root.is_running() else []
+            others = self.cgroup.members() - {p.pid for p in head}
+            return head + [p for pid in sorted(others) if (p := self._process(pid)) is not None]
+        if root is None:
+            return []
+        try:
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def poll(self, tree: list[psutil.Process] | None = None) -> None:
+        """Remember every process now in the cell (pid + create time, command line);
+        ``tree`` is :meth:`tree`'s list when the caller already has it."""
+        for p in self.tree() if tree is None else tree:
             with contextlib.suppress(psutil.Error):
                 key = (p.pid, p.create_time())
                 if key not in self._seen and key != self._worker:
                     self._seen[key] = p.cmdline()
+
+    def _process(self, pid: int) -> psutil.Process | None:
+        p = self._procs.get(pid)
+        if p is not None and p.is_running():
+            return p
+        try:
+            p = self._procs[pid] = psutil.Process(pid)
+        except psutil.Error:
+            self._procs.pop(pid, None)
+            return None
+        return p
 
     def describe(self) -> dict[str, Any]:
         """How this cell was tracked, for the evidence."""

@@ -140,45 +140,49 @@ def _hog() -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", HOG])
 
 
-def _cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return float(t.user + t.system)
+def _cpu(procs: list[psutil.Process]) -> float:
+    return sum(float(t.user + t.system) for t in (p.cpu_times() for p in procs))
 
 
 def _window(
-    sampler: HostCpuSampler, seconds: float, watch: psutil.Process | None = None
+    sampler: HostCpuSampler, seconds: float, watch: list[psutil.Process] | None = None
 ) -> tuple[contention.ContentionReading, float]:
     """Sample every 25 ms for ``seconds``; also the CPU cores ``watch`` used over the same span
-    (psutil on that process: a ground truth independent of the sampler)."""
+    (psutil on those processes: a ground truth independent of the sampler)."""
+    watch = watch or []
     t0 = time.monotonic()
-    c0 = _cpu(watch) if watch else 0.0
+    c0 = _cpu(watch)
     first = sampler.sample()
     last = first
     while time.monotonic() - t0 < seconds:
         time.sleep(0.025)
         last = sampler.sample()
-    c1 = _cpu(watch) if watch else 0.0
+    c1 = _cpu(watch)
     assert first is not None and last is not None
     return sampler.reading(t0, time.monotonic()), (c1 - c0) / (last.t - first.t)
 
 
 @pytest.mark.skipif(not LINUX, reason="/proc/stat is Linux's")
 def test_a_cpu_hog_is_flagged_every_time(worker: subprocess.Popen[bytes]) -> None:
-    """A busy process outside the tree is contention, 3 windows of 3. Whatever else loads the
-    host only adds to the reading, so the hog's own CPU (measured on the hog) is a lower bound."""
+    """Busy processes outside the tree are contention, 3 windows of 3. Whatever else loads the
+    host only adds to the reading, so the hogs' own CPU (measured on them) is a lower bound."""
+    weakest = float("inf")
     for _ in range(3):
-        hog = _hog()
+        hogs = [_hog(), _hog()]  # two: a fair share of a loaded host is still enough
         try:
-            time.sleep(0.2)  # the interpreter is up and spinning
+            time.sleep(0.2)  # the interpreters are up and spinning
             sampler = HostCpuSampler(worker.pid)
-            r, hog_cores = _window(sampler, 0.8, psutil.Process(hog.pid))
+            r, hog_cores = _window(sampler, 0.8, [psutil.Process(h.pid) for h in hogs])
         finally:
-            hog.kill()
-            hog.wait()
+            for h in hogs:
+                h.kill()
+                h.wait()
         assert r.reason is None and r.busy_cores is not None
-        assert hog_cores > 0.3, f"the hog got only {hog_cores:.2f} core: host too loaded to test"
-        assert r.contended is True
+        assert r.contended is True, r.detail
         assert r.busy_cores >= hog_cores - 0.15, (r.busy_cores, hog_cores, r.detail)
+        weakest = min(weakest, hog_cores)
+    if weakest < r.threshold_cores + 0.1:
+        pytest.skip(f"held, but the hogs got only {weakest:.2f} core: the flag may be other load's")
 
 
 def _busy_child_worker(seconds: float, report: Path, detach: bool) -> list[str]:

@@ -20,10 +20,7 @@ from rtmatrix.proctrack import FoundAt, FoundBy, Tracker
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux /proc")
 
 # where a net can be switched off: each real test runs with the cgroup and without it
-MODES = {
-    "cgroup": {"use_cgroup": True},
-    "descendants+marker": {"use_cgroup": False},
-}
+MODES = {"cgroup": True, "descendants+marker": False}
 
 
 @pytest.fixture
@@ -93,7 +90,7 @@ def _run_cell(code: str, tr: Tracker, interval: float = 0.02) -> None:
 
 
 def _tracker(mode: str) -> Tracker:
-    tr = Tracker(**MODES[mode])  # type: ignore[arg-type]
+    tr = Tracker(use_cgroup=MODES[mode])
     if mode == "cgroup" and tr.cgroup is None:
         tr.close()
         pytest.skip(f"no cgroup here: {tr.cgroup_reason}")
@@ -152,7 +149,7 @@ def test_the_cgroup_is_removed_after_finish(tag: str) -> None:
     _run_cell(_session_leaver(tag), tr)
     tr.finish()
     assert not path.exists()
-    assert tr.describe()["cgroup"] == {"path": str(path), "version": tr.describe()["cgroup"]["version"]}
+    assert tr.describe()["cgroup"]["path"] == str(path)  # still says how it was tracked
 
 
 def test_close_without_finish_kills_what_is_left(tag: str) -> None:
@@ -190,3 +187,24 @@ def test_a_v2_memory_cgroup_is_shared_not_duplicated(tmp_path: Path) -> None:
     mem = memcap.MemoryCgroup(tmp_path, 2, 2**20)
     cg = proctrack.create_cgroup("cell", shared=mem)
     assert cg.path == tmp_path and not cg.owned
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tree_lists_the_worker_first_then_its_processes(mode: str, tag: str) -> None:
+    tr = _tracker(mode)
+    p = subprocess.Popen([sys.executable, "-c", _session_leaver(tag)], env=os.environ | tr.env())
+    try:
+        tr.start(p.pid)
+        deadline = time.monotonic() + 20
+        tree = tr.tree()
+        while not any(tag in " ".join(x.cmdline()) for x in tree[1:]):
+            assert time.monotonic() < deadline, "the worker's child never showed in tree()"
+            time.sleep(0.02)
+            tree = tr.tree()
+        assert tree[0].pid == p.pid
+        tr.poll(tree)
+        assert tr.describe()["seen"] >= 1
+    finally:
+        p.wait()
+        tr.finish()
+    assert not _with_tag(tag)

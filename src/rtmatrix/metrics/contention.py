@@ -98,7 +98,9 @@ class ContentionReading:
         return {"host_busy_cores": busy, "host_steal_cores": steal}
 
 
-def read_proc_stat(path: Path = PROC_STAT, cpus: Iterable[int] | None = None) -> tuple[float, float]:
+def read_proc_stat(
+    path: Path = PROC_STAT, cpus: Iterable[int] | None = None
+) -> tuple[float, float]:
     """(busy seconds without steal, steal seconds), summed over the ``cpuN`` lines in ``cpus``
     (all when None). Raises OSError when the file cannot be read, ValueError when malformed."""
     hz = os.sysconf("SC_CLK_TCK")
@@ -133,15 +135,22 @@ def cgroup_cpu_s(path: Path) -> float | None:
     return None
 
 
-def tree_cpu_s(root: psutil.Process) -> float:
+def tree_cpu_s(procs: Iterable[psutil.Process]) -> float:
     """CPU seconds of a live process tree: own + reaped children's time of every member."""
     total = 0.0
-    with contextlib.suppress(psutil.Error):
-        for p in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                c = p.cpu_times()
-                total += c.user + c.system + c.children_user + c.children_system
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            c = p.cpu_times()
+            total += c.user + c.system + c.children_user + c.children_system
     return total
+
+
+def walk(root: psutil.Process) -> list[psutil.Process]:
+    """``root`` and its live descendants (empty when it is gone)."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def parent_cpu_s(with_children: bool) -> float:
@@ -186,8 +195,10 @@ class HostCpuSampler:
             out["cgroup"] = str(self._cgroup)
         return out
 
-    def sample(self) -> CpuSample | None:
-        """Take and keep one sample; None (with ``unavailable_reason`` set) when it cannot."""
+    def sample(self, tree: Sequence[psutil.Process] | None = None) -> CpuSample | None:
+        """Take and keep one sample; None when it cannot (``unavailable_reason`` says why when
+        it never will). ``tree``: the worker and its descendants if the caller has just listed
+        them (walking /proc costs milliseconds of CPU with a few hundred processes)."""
         if self.unavailable_reason:
             return None
         try:
@@ -195,7 +206,10 @@ class HostCpuSampler:
         except (OSError, ValueError) as exc:
             self.unavailable_reason = f"cannot read system CPU accounting: {exc}"
             return None
-        s = CpuSample(time.monotonic(), busy, steal, self._own_s())
+        own = self._own_s(tree)
+        if own is None:  # the cgroup is gone: this sample would be meaningless
+            return None
+        s = CpuSample(time.monotonic(), busy, steal, own)
         self.samples.append(s)
         return s
 
@@ -206,12 +220,14 @@ class HostCpuSampler:
             return _unavailable(t0, t1, threshold_cores, self.unavailable_reason)
         return busy_cores(self.samples, t0, t1, threshold_cores, detail=self.describe())
 
-    def _own_s(self) -> float:
+    def _own_s(self, tree: Sequence[psutil.Process] | None) -> float | None:
         if self._cgroup is not None:
-            # the parent's reaped children would count the reaped worker twice
-            return (cgroup_cpu_s(self._cgroup) or 0.0) + parent_cpu_s(with_children=False)
-        tree = tree_cpu_s(self._root) if self._root is not None else 0.0
-        return tree + parent_cpu_s(with_children=True)
+            cg = cgroup_cpu_s(self._cgroup)
+            # not the parent's reaped children: they would count the reaped worker twice
+            return None if cg is None else cg + parent_cpu_s(with_children=False)
+        if tree is None:
+            tree = walk(self._root) if self._root is not None else []
+        return tree_cpu_s(tree) + parent_cpu_s(with_children=True)
 
 
 def busy_cores(
@@ -243,7 +259,9 @@ def busy_cores(
         "own_cores": own,
         **(detail or {}),
     }
-    return ContentionReading(busy, steal, busy > threshold_cores, threshold_cores, t0, t1, None, info)
+    return ContentionReading(
+        busy, steal, busy > threshold_cores, threshold_cores, t0, t1, None, info
+    )
 
 
 def _unavailable(t0: float, t1: float, threshold: float, reason: str) -> ContentionReading:
