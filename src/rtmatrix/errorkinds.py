@@ -20,7 +20,7 @@ GENERIC_PATTERNS: tuple[tuple[ErrorKind, str], ...] = (
     (ErrorKind.CONTEXT_LENGTH, r"context (length|size|window)|exceeds? (the )?(max|context)"),
     (ErrorKind.DYNAMIC_SHAPE, r"\bshape\b.*(mismatch|expected|invalid)|invalid dimensions?"),
     (ErrorKind.MISSING_TENSOR, r"missing tensor|tensor .* not found|missing (weight|initializer)"),
-    (ErrorKind.UNKNOWN_ARCH, r"unknown (model )?architecture|unsupported architecture"),
+    (ErrorKind.UNKNOWN_ARCH, r"(unknown|unsupported) (model )?arch(itecture)?\b"),
     (ErrorKind.UNSUPPORTED_OP, r"not (implemented|supported)|unsupported op|no kernel|opset"),
     (ErrorKind.BAD_FILE, r"invalid (magic|file|model|protobuf)|corrupt|truncated|failed to load"),
     (ErrorKind.BAD_FILE, r"unexpected end|not a valid|checksum|sha256"),

@@ -62,6 +62,7 @@ class M(StrEnum):
     POWER = "power_w"
     ENERGY_PER_TOKEN = "energy_per_token_j"
     HOST_BUSY_CORES = "host_busy_cores"
+    HOST_STEAL_CORES = "host_steal_cores"
     LIFECYCLE_CHECKS = "lifecycle_checks"
 
 

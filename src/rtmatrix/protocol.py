@@ -66,7 +66,14 @@ def _check_type(what: str, key: str, value: object, tp: object) -> None:
         options = [typing.get_origin(a) or a for a in typing.get_args(tp) if a is not type(None)]
     else:
         options = [origin]
-    py = {float: (int, float), int: (int,), str: (str,), bool: (bool,), list: (list,), dict: (dict,)}
+    py = {
+        float: (int, float),
+        int: (int,),
+        str: (str,),
+        bool: (bool,),
+        list: (list,),
+        dict: (dict,),
+    }
     accepted: list[type] = []
     for opt in options:
         if isinstance(opt, type) and issubclass(opt, StrEnum):
@@ -99,7 +106,8 @@ class _Doc:
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = sorted(set(data) - set(fields))
         if unknown:
-            msg = f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; {_fix(data.get('protocol'))}"
+            keys = ", ".join(map(repr, unknown))
+            msg = f"{what}: unknown key(s) {keys}; {_fix(data.get('protocol'))}"
             raise ProtocolError(msg)
         kwargs: dict[str, Any] = {}
         for name, f in fields.items():

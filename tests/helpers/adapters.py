@@ -177,3 +177,22 @@ class NaNAdapter(NumpyAdapter):
 
     def last_logits(self) -> NDArray[np.float32]:
         return np.full_like(super().last_logits(), np.nan)
+
+
+class DetachedChildAdapter(NumpyAdapter):
+    """Starts a helper process in a session of its own (as a server or daemon would) and
+    never stops it: the harness must find and kill it when the cell ends."""
+
+    MARK: ClassVar[str] = "rtmatrix-detached-child-test"
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        import subprocess
+
+        code = f"import time  # {self.MARK}\ntime.sleep(600)"
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        super().load(model_path, params)

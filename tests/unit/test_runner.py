@@ -288,3 +288,73 @@ def test_os_peak_refuses_a_maxrss_inherited_from_the_parent() -> None:
     value, method = os_peak(100, 900, 300)
     assert value == 300 and "VmHWM" in method
     assert os_peak(100, 900, 0)[0] is None
+
+
+def _alive_with(mark: str) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if any(mark in part for part in p.info["cmdline"] or []):
+            out.append(p.info["pid"])
+    return out
+
+
+def test_a_detached_child_is_killed_and_recorded(tmp_path: Path, repo: Path) -> None:
+    from tests.helpers.adapters import DetachedChildAdapter
+
+    rec = run(tmp_path, repo, matrix_text("DetachedChildAdapter"))
+    cell = rec["cells"][0]
+    assert _alive_with(DetachedChildAdapter.MARK) == []
+    leaked = cell["evidence"]["leaked_processes"]
+    assert len(leaked) == 1 and leaked[0]["killed"]
+    assert any(DetachedChildAdapter.MARK in part for part in leaked[0]["cmdline"])
+    assert cell["outcome"]["status"] == "ok" and cell["verdict"] == "WARN"
+    assert "outlived the cell" in cell["verdict_reason"]
+
+
+def test_a_well_behaved_cell_leaks_nothing(tmp_path: Path, repo: Path) -> None:
+    cell = run(tmp_path, repo, matrix_text("NumpyAdapter"))["cells"][0]
+    assert cell["evidence"]["leaked_processes"] == [] and cell["verdict"] == "PASS"
+
+
+def test_an_expected_failure_passes_only_for_the_expected_kind(tmp_path: Path, repo: Path) -> None:
+    fixtures = (
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'arch'\nexpect = 'error'\n"
+        "expect_kind = 'unknown-arch'\n"
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'oom'\nexpect = 'error'\n"
+        "expect_kind = ['out-of-memory']\n"
+    )
+    rec = run(tmp_path, repo, matrix_text("RaisingAdapter", fixtures=fixtures))
+    cells = {c["fixture"]["name"]: c for c in rec["cells"]}
+    assert cells["arch"]["outcome"]["error_kind"] == "unknown-arch"
+    assert cells["arch"]["verdict"] == "PASS" and "verdict_reason" not in cells["arch"]
+    assert cells["oom"]["verdict"] == "WARN" and cells["oom"]["expect_kind"] == ["out-of-memory"]
+    assert "not for the expected reason" in cells["oom"]["verdict_reason"]
+    assert "unknown-arch" in cells["oom"]["verdict_reason"]
+
+
+def test_a_cpu_hog_beside_the_cell_marks_it_contended(tmp_path: Path, repo: Path) -> None:
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        rec = run(
+            tmp_path,
+            repo,
+            matrix_text(
+                "NumpyAdapter",
+                run="timeout_s = 60",
+                fixtures="[[fixtures]]\nmodel = 'tiny'\nrun = { repetitions = 8 }\n",
+            ),
+        )
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    cell = rec["cells"][0]
+    busy = cell["metrics"]["host_busy_cores"]
+    assert busy["source"] == "os-accounting" and busy["value"] > 0.25
+    assert cell["contended"] is True and busy["contended"] is True
+    assert any("CONTENDED" in line for line in rec["_progress"])

@@ -15,7 +15,8 @@ import pytest
 
 from rtmatrix.adapters.base import RuntimeUnavailable
 from rtmatrix.outcome import Source, Status
-from rtmatrix.runner import refine
+from rtmatrix.protocol import WorkerResult
+from rtmatrix.runner import CellOutcome, refine
 from rtmatrix.scenarios import cancel, run_scenario, scenario_metrics, serve, stream
 from rtmatrix.scenarios.trace import (
     RequestTrace,
@@ -224,8 +225,9 @@ def test_cancel_detects_a_runtime_that_ignores_the_stop(monkeypatch: pytest.Monk
     checks = _checks(result)
     assert not checks["cancel_stop_took_effect"]["ok"]
     assert not checks["cancel_stop_tokens_after_bounded"]["ok"]
-    out = refine({"status": Status.OK, "message": "completed"}, {}, {"scenario": result})
-    assert out["status"] == Status.WRONG_OUTPUT and "cancel_stop_took_effect" in out["message"]
+    ok = CellOutcome(status=Status.OK, message="completed")
+    out = refine(ok, {}, WorkerResult(status="ok", scenario=result))
+    assert out.status is Status.WRONG_OUTPUT and "cancel_stop_took_effect" in out.message
 
 
 def test_cancel_detects_state_not_released(monkeypatch: pytest.MonkeyPatch) -> None:

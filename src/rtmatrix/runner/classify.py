@@ -153,9 +153,7 @@ def refine(outcome: CellOutcome, par: dict[str, Any], result: WorkerResult | Non
         return outcome.with_status(Status.WRONG_OUTPUT, f"lifecycle check failed: {detail}")
     nonfinite = sum(r.nonfinite_steps for r in result.reps)
     if nonfinite:
-        return outcome.with_status(
-            Status.WRONG_OUTPUT, f"non-finite logits on {nonfinite} step(s)"
-        )
+        return outcome.with_status(Status.WRONG_OUTPUT, f"non-finite logits on {nonfinite} step(s)")
     if par.get("status") == "measured" and not par.get("within_tolerance"):
         return outcome.with_status(
             Status.WRONG_OUTPUT,

@@ -11,19 +11,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from rtmatrix import memcap, proctrack
+from rtmatrix.metrics.contention import HostCpuSampler
 from rtmatrix.protocol import ProtocolError, WorkerResult, read_events
 
 TAIL_CHARS = 4000
-
-#: called once per sampling interval with the live worker (for contention / process tracking)
-Sampler = Callable[[psutil.Process], None]
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,12 @@ class Launch:
     stderr_tail: str
     maxrss_method: str = "ru_maxrss of the reaped worker (wait4)"
     pid: int = 0
+    #: processes of the cell still alive after the worker ended (found and killed)
+    leaked: tuple[proctrack.LeakedProcess, ...] = ()
+    #: how the cell's processes were tracked (cgroup or descendants + environment marker)
+    tracking: dict[str, Any] = field(default_factory=dict)
+    #: system-wide vs the cell's own CPU, sampled while the worker ran
+    cpu: HostCpuSampler | None = None
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,11 @@ class LaunchSpec:
     python: str = field(default_factory=lambda: sys.executable)
 
 
-def _tree_rss(proc: psutil.Process) -> int:
+def _tree_rss(tree: list[psutil.Process]) -> int:
     total = 0
-    with contextlib.suppress(psutil.Error):
-        for p in [proc, *proc.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
     return total
 
 
@@ -115,7 +118,7 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
+def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
     out_path, err_path = spec.job_dir / "stdout.txt", spec.job_dir / "stderr.txt"
     with out_path.open("wb") as out, err_path.open("wb") as err:
         return subprocess.Popen(
@@ -124,9 +127,15 @@ def _spawn(spec: LaunchSpec) -> subprocess.Popen[bytes]:
             stderr=err,
             stdin=subprocess.DEVNULL,
             cwd=spec.cwd,
-            env=worker_env(),
+            env=worker_env() | env,
             start_new_session=True,
         )
+
+
+def _report_leaks(leaked: list[proctrack.LeakedProcess]) -> None:
+    for lp in leaked:
+        cmd = " ".join(lp.cmdline)[:200]
+        print(f"rtmatrix: killed leftover process {lp.pid} ({cmd})", file=sys.stderr, flush=True)
 
 
 def launch(
@@ -137,41 +146,50 @@ def launch(
     cwd: Path | None = None,
     *,
     python: str | None = None,
-    samplers: tuple[Sampler, ...] = (),
+    cgroup: memcap.MemoryCgroup | None = None,
 ) -> Launch:
-    """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the tree's RSS
-    (and call each sampler); kill the whole group at the deadline (or when the parent is
-    interrupted); reap with wait4 for the OS's own peak RSS."""
+    """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the cell's RSS and
+    CPU; kill the whole group at the deadline (or when the parent is interrupted); reap with
+    wait4 for the OS's own peak RSS; then find and kill every process the cell left behind
+    (its own cgroup, or a tracked descendant set: see :mod:`rtmatrix.proctrack`)."""
     spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable)
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    spawned = time.monotonic()
-    proc = _spawn(spec)
-    peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
-    deadline = spawned + timeout_s
-    try:
-        ps = psutil.Process(proc.pid)
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            peak = max(peak, _tree_rss(ps))
-            hwm = max(hwm, _vm_hwm(proc.pid))
-            for sample in samplers:
-                sample(ps)
-            if time.monotonic() > deadline:
-                timed_out = True
-                kill_group(proc.pid)
-                _, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(interval_s)
-    except BaseException:  # Ctrl-C or anything else: never leave a worker group behind
-        kill_group(proc.pid)
-        with contextlib.suppress(ChildProcessError):
-            os.wait4(proc.pid, 0)
-        proc.returncode = -9
-        raise
-    wall = time.monotonic() - spawned
-    kill_group(proc.pid)  # leftover grandchildren in the group
+    with proctrack.Tracker(shared=cgroup) as tracker:
+        spawned = time.monotonic()
+        proc = _spawn(spec, tracker.env())
+        tracker.start(proc.pid)
+        track_cg = tracker.cgroup.path if tracker.cgroup else None
+        cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
+        peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
+        deadline = spawned + timeout_s
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                tree = tracker.tree()
+                tracker.poll(tree)
+                cpu.sample(tree)
+                peak = max(peak, _tree_rss(tree))
+                hwm = max(hwm, _vm_hwm(proc.pid))
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    kill_group(proc.pid)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(interval_s)
+        except BaseException:  # Ctrl-C or anything else: never leave a process behind
+            kill_group(proc.pid)
+            with contextlib.suppress(ChildProcessError):
+                os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            _report_leaks(tracker.finish(proctrack.FoundAt.INTERRUPT))
+            raise
+        wall = time.monotonic() - spawned
+        cpu.sample()
+        leaked = tracker.finish(proctrack.FoundAt.CELL_END)
+        tracking = tracker.describe()
+    kill_group(proc.pid)  # anything left in the group
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     ru = usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None
@@ -188,6 +206,9 @@ def launch(
         stderr_tail=tail(job_dir / "stderr.txt"),
         maxrss_method=method,
         pid=proc.pid,
+        leaked=tuple(leaked),
+        tracking=tracking,
+        cpu=cpu,
     )
 
 
@@ -224,7 +245,9 @@ def read_result(job_dir: Path) -> ReadResult:
         return ReadResult(None, problem)
 
 
-def describe_adapter(target: str, cwd: Path | None = None, python: str | None = None) -> dict[str, Any]:
+def describe_adapter(
+    target: str, cwd: Path | None = None, python: str | None = None
+) -> dict[str, Any]:
     """Ask a child for the adapter's metadata (the parent never imports adapters)."""
     proc = subprocess.run(
         [python or sys.executable, "-m", "rtmatrix.worker", "--describe", target],

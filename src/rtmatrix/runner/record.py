@@ -16,8 +16,9 @@ from rtmatrix.fixtures import PreparedFixture, reference_for
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
+from rtmatrix.metrics.contention import ContentionReading
 from rtmatrix.names import M, Scenario
-from rtmatrix.outcome import Metric, Status, verdict
+from rtmatrix.outcome import Judgement, Metric, Status, Verdict, judge
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.classify import CellOutcome, refine
 from rtmatrix.runner.process import TAIL_CHARS, Launch
@@ -60,6 +61,7 @@ def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
         },
         "params": dict(cell.params),
         "expect": str(cell.expect),
+        **({"expect_kind": list(cell.expect_kinds)} if cell.expect_kinds else {}),
     }
 
 
@@ -113,6 +115,52 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     return out
 
 
+def contention(fin: Finished) -> ContentionReading | None:
+    """CPU used on the host outside the cell's processes, over its counted repetitions (or the
+    worker's whole life for a cell without them); None when no worker ran."""
+    lau = fin.launch
+    if lau is None or lau.cpu is None:
+        return None
+    threshold = float(fin.cell.run.get("contention_threshold_cores", 0.25))
+    reps = fin.result.reps if fin.result else []
+    if reps:
+        t0, t1 = min(r.t_start for r in reps), max(r.t_end for r in reps)
+        window = "the counted repetitions"
+    else:
+        t0, t1 = lau.spawned, lau.spawned + lau.wall_s
+        window = "the worker's whole run (no counted repetitions)"
+    reading = lau.cpu.reading(t0, t1, threshold)
+    reading.detail["window"] = window
+    return reading
+
+
+def _contention_metrics(reading: ContentionReading | None) -> dict[str, Metric]:
+    if reading is None:
+        why = "no worker ran for this cell"
+        return {
+            M.HOST_BUSY_CORES: Metric.unavailable("cores", why),
+            M.HOST_STEAL_CORES: Metric.unavailable("cores", why),
+        }
+    return dict(reading.metrics())
+
+
+def _judge(fin: Finished, outcome: CellOutcome) -> Judgement:
+    cell = fin.cell
+    j = judge(
+        cell.expect,
+        outcome.status,
+        cell.verdicts,
+        cell.expect_kinds,
+        outcome.error_kind,
+        outcome.message,
+    )
+    leaked = fin.launch.leaked if fin.launch else ()
+    if leaked and j.verdict is Verdict.PASS:
+        pids = ", ".join(str(lp.pid) for lp in leaked)
+        return Judgement(Verdict.WARN, f"{len(leaked)} process(es) outlived the cell: {pids}")
+    return j
+
+
 def _evidence(fin: Finished) -> dict[str, Any]:
     result = fin.result
     ev: dict[str, Any] = dict((result.evidence if result else None) or {})
@@ -121,6 +169,9 @@ def _evidence(fin: Finished) -> dict[str, Any]:
         ev["stdout_tail"] = fin.launch.stdout_tail[-TAIL_CHARS:]
     if result and result.traceback_tail:
         ev["traceback_tail"] = result.traceback_tail
+    if fin.launch:
+        ev["leaked_processes"] = [lp.to_dict() for lp in fin.launch.leaked]
+        ev["process_tracking"] = fin.launch.tracking
     return ev | fin.evidence
 
 
@@ -133,14 +184,21 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     record = dict(base)
     if fin.fixture is not None:
         record["fixture"] = fin.fixture.to_dict() | {"scenario": fin.cell.fixture.scenario}
-    return record | {
+    busy = contention(fin)
+    fin.metrics |= _contention_metrics(busy)
+    j = _judge(fin, outcome)
+    out = record | {
         "outcome": outcome.to_dict(),
-        "verdict": str(verdict(fin.cell.expect, outcome.status, fin.cell.verdicts)),
+        "verdict": str(j.verdict),
         "metrics": metrics_for(fin, distribution),
         "parity": par,
         "evidence": _evidence(fin),
         "wall_s": fin.launch.wall_s if fin.launch else 0.0,
+        "contended": bool(busy and busy.contended),
     }
+    if j.reason:
+        out["verdict_reason"] = j.reason
+    return out
 
 
 def sha256_of(path: Path) -> str:
@@ -199,6 +257,11 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
     else:
         figs = f"  {out['message'][:120]}"
+    if rec.get("contended"):
+        busy = m[M.HOST_BUSY_CORES]["value"]
+        figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
+    if rec.get("verdict_reason"):
+        figs += f"  [{rec['verdict_reason'][:160]}]"
     tag = cell.key.rsplit("|", 1)[-1]
     head = (
         f"[{i}/{n}] {cell.runtime} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
