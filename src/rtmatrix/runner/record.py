@@ -257,7 +257,7 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
     else:
         figs = f"  {out['message'][:120]}"
-    if rec.get("contended"):
+    if rec.get("contended") and out["status"] == "ok":
         busy = m[M.HOST_BUSY_CORES]["value"]
         figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
     if rec.get("verdict_reason"):
