@@ -41,7 +41,7 @@ def test_generic_patterns(etype: str, message: str, kind: str) -> None:
 
 
 def test_a_path_naming_the_variant_does_not_classify_it() -> None:
-    msg = "Load model from /root/.cache/rtmatrix/fixtures/small-onnx-f32-truncated-b5/model.onnx failed"
+    msg = "Load model from /root/.cache/fixtures/small-onnx-f32-truncated-b5/model.onnx failed"
     assert classify_error("InvalidProtobuf", msg) is ErrorKind.UNCLASSIFIED
 
 
