@@ -25,6 +25,14 @@ never significant). A metric without samples (package size, peak RSS, cold start
 measurement and is judged by its threshold alone. Direction: higher is better for ``*_tps``,
 lower for time (``*_s``), memory and size (``*_bytes``), energy and power.
 
+**One process per side.** ``rtmatrix run`` runs each cell in one worker process, so a run
+record's samples are repetitions inside that one process: they do not see process-to-process
+variation (on a busy VM larger than a 10 % threshold), and a ``-``/``+`` from them says these two
+processes differ, not that the versions do. The diff says so, per cell (``processes``,
+``replication``) and once for the whole diff (``notes``), without changing any mark;
+``rtmatrix.results.paired`` judges K paired rounds of processes instead. A cell that pools
+several processes' repetitions says how many in its ``processes`` field (default 1).
+
 **Checks** (pytest-benchmark style, ``--fail METRIC:PCT``) set a metric's threshold and make it
 *checked*: its significant regression fails ``rtmatrix gate``. Defaults (``DEFAULT_CHECKS``):
 checked ``pp_tps`` and ``tg_tps`` 10 %, ``peak_rss_os_bytes`` 10 %, ``package_size_bytes`` 20 %;
@@ -44,7 +52,9 @@ noisy measurement per cell), energy and power 10 %; any other numeric metric 10 
      "runtime_versions": {name: {"distribution", "base", "candidate"}},
      "checks": [{"metric", "threshold", "gate", "direction"}],
      "counts": {"!": n, "*": n, "x": n, "-": n, "+": n, "~": n, "=": n},
+     "notes": [str],   # e.g. that the samples come from one process per side
      "cells": [{"key", "runtime", "mark", "reasons": [str],
+                "processes": {"base": n, "candidate": n}, "replication": str | null,
                 "base": {"verdict", "status", "message"}, "candidate": {...},
                 "metrics": [{"name", "unit", "mark", "base", "candidate", "change",
                              "direction", "threshold", "gate", "test", "p_value", "ci",
@@ -69,6 +79,7 @@ from rtmatrix.outcome import Status, Verdict
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
 DEFAULT_ALPHA = 0.01
+ONE_PROCESS = "within-process repetitions only; between-process variation not seen"
 MACHINE_FIELDS = ("arch", "cpu_model", "cores_logical", "cores_physical", "cpu_affinity")
 
 
@@ -83,6 +94,7 @@ class Mark(StrEnum):
 
 
 MARK_ORDER = tuple(Mark)  # the order of the counts and of the text output
+SIDES = ("base", "candidate")
 
 
 class Direction(StrEnum):
@@ -289,6 +301,19 @@ class CellDiff:
     candidate: Side
     reasons: list[str] = field(default_factory=list)
     metrics: list[MetricDiff] = field(default_factory=list)
+    processes: tuple[int, int] = (1, 1)  # worker processes behind each side's samples
+
+    @property
+    def replication(self) -> str | None:
+        """Which side's repeated samples all come from one worker process, or None (no repeated
+        samples were compared, or both sides pool several processes)."""
+        if not any(m.n_base > 1 or m.n_candidate > 1 for m in self.metrics):
+            return None
+        one = [side for side, n in zip(SIDES, self.processes, strict=True) if n <= 1]
+        if not one:
+            return None
+        where = "one process per side" if len(one) == 2 else f"one process in the {one[0]}"
+        return f"samples from {where}: {ONE_PROCESS}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -296,6 +321,8 @@ class CellDiff:
             "runtime": self.runtime,
             "mark": str(self.mark),
             "reasons": self.reasons,
+            "processes": dict(zip(SIDES, self.processes, strict=True)),
+            "replication": self.replication,
             "base": self.base.to_dict(),
             "candidate": self.candidate.to_dict(),
             "metrics": [m.to_dict() for m in self.metrics],
@@ -319,6 +346,19 @@ class RunDiff:
     @property
     def comparable(self) -> list[CellDiff]:
         return [c for c in self.cells if c.mark is not Mark.NOT_COMPARABLE]
+
+    def notes(self) -> list[str]:
+        """What the reader must know to weigh the marks (the pseudo-replication warning)."""
+        single = [c for c in self.cells if c.replication]
+        if not single:
+            return []
+        kinds = {c.replication for c in single}
+        what = single[0].replication if len(kinds) == 1 else None
+        what = what or f"samples from one process: {ONE_PROCESS}"
+        return [
+            f"{len(single)} of {len(self.cells)} paired cell(s): {what}, so a significant change"
+            " says these two processes differ, not that the versions do"
+        ]
 
     def runtime_versions(self) -> dict[str, dict[str, Any]]:
         b, c = self.base["runtimes"], self.candidate["runtimes"]
@@ -350,6 +390,7 @@ class RunDiff:
                 for c in self.checks.values()
             ],
             "counts": self.counts(),
+            "notes": self.notes(),
             "cells": [c.to_dict() for c in self.cells],
             "only_base": self.only_base,
             "only_candidate": self.only_candidate,
@@ -529,6 +570,22 @@ def _metric_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda n: (known.index(n) if n in known else len(known), n))
 
 
+def _one_process(m: MetricDiff, processes: tuple[int, int]) -> MetricDiff:
+    """A significant change found in one process's repetitions says so where it is reported."""
+    tested = m.test in (Method.MANN_WHITNEY, Method.BOOTSTRAP)
+    if m.mark not in (Mark.WORSE, Mark.BETTER) or not tested:
+        return m
+    where = "one process per side" if max(processes) <= 1 else "one process on a side"
+    return replace(m, note=f"{m.note}; samples from {where}")
+
+
+def sample_processes(cell: dict[str, Any]) -> int:
+    """How many worker processes a cell's samples pool: the cell's ``processes`` field, else 1
+    (``rtmatrix run`` runs each cell's repetitions in one worker process)."""
+    n = cell.get("processes", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
 def compare_cells(
     b: dict[str, Any],
     c: dict[str, Any],
@@ -549,7 +606,10 @@ def compare_cells(
         for n in _metric_order(set(mb) | set(mc))
     ]
     notes = [] if sb.status == sc.status else [f"outcome {sb.status} -> {sc.status}"]
-    return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics)
+    processes = (sample_processes(b), sample_processes(c))
+    if min(processes) <= 1:
+        metrics = [_one_process(m, processes) for m in metrics]
+    return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics, processes)
 
 
 def run_info(run: dict[str, Any], path: str | None = None) -> dict[str, Any]:
@@ -705,4 +765,5 @@ def render_text(diff: RunDiff, verbose: bool = False) -> str:
             f"note: {len(few)} checked metric(s) moved but had too few samples to test; "
             "a gate needs repetitions >= 5 (Mann–Whitney) or >= 3 (bootstrap)"
         )
+    lines.extend(f"note: {n}" for n in diff.notes())
     return "\n".join(lines) + "\n"
