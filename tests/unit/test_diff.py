@@ -386,3 +386,26 @@ def test_metric_without_a_direction_is_reported_not_judged() -> None:
     m = compare_metric("widgets", single(1.0, "n"), single(2.0, "n"))
     assert m.mark is Mark.NOISE and m.direction is None
     assert m.note.startswith("changed, direction unknown")
+
+
+def test_a_contended_side_is_not_comparable(base: dict[str, Any]) -> None:
+    b, c = _cell(base, 0), _cell(base, 0)
+    c["metrics"]["tg_tps"] = sampled([v * 0.5 for v in c["metrics"]["tg_tps"]["samples"]])
+    c["contended"] = True
+    c["metrics"]["host_busy_cores"] = {"value": 1.2, "unit": "cores", "source": "os-accounting"}
+    diff = compare_cells(b, c, default_checks())
+    assert diff.mark is Mark.NOT_COMPARABLE and diff.metrics == []
+    assert diff.reasons == [
+        "contended: candidate had 1.20 cores busy outside the cell during its run"
+    ]
+    c["contended"] = False
+    assert compare_cells(b, c, default_checks()).mark is Mark.WORSE
+
+
+def test_figures_of_cells_not_ok_on_both_sides_are_not_judged(base: dict[str, Any]) -> None:
+    b = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
+    c = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
+    c["metrics"]["peak_rss_os_bytes"] = single(10 * b["metrics"]["peak_rss_os_bytes"]["value"])
+    diff = compare_cells(b, c, default_checks())
+    assert diff.mark is Mark.SAME and diff.metrics == []
+    assert "judged on ok cells" in diff.reasons[0]

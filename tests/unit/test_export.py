@@ -40,9 +40,12 @@ def test_csv_has_one_row_per_cell_metric_sample(
     assert list(frame.columns) == columns(run)
     assert "wrote" in capsys.readouterr().err
     sampled = frame.dropna(subset=["sample"])
-    assert sampled.groupby(["key", "metric"])["sample"].agg(list).map(
-        lambda s: s == list(range(len(s)))
-    ).all()
+    assert (
+        sampled.groupby(["key", "metric"])["sample"]
+        .agg(list)
+        .map(lambda s: s == list(range(len(s))))
+        .all()
+    )
     cell = run["cells"][0]
     tg = frame[(frame["key"] == cell["key"]) & (frame["metric"] == "tg_tps")]
     assert tg["value"].tolist() == cell["metrics"]["tg_tps"]["samples"]

@@ -7,12 +7,15 @@ Cells are paired by ``key`` (runtime | fixture/dtype | parameter tag). Each pair
        and the outcome got worse (a clean ``error`` became a ``crash``, ``oom-killed`` or ``hang``)
 ``*``  fixed: the verdict, or with the same verdict the outcome, got better
 ``x``  not comparable: the machines differ (arch, CPU model, cores), the fixture's content hash or
-       the parameters differ, or a side is ``unavailable``; the reasons say which
+       the parameters differ, a side is ``unavailable``, or a side ran ``contended`` (the host was
+       busy outside the cell); the reasons say which
 ``-``  a checked metric got significantly worse;  ``+``  significantly better
 ``~``  a checked metric moved past its threshold, but within noise (the samples do not differ)
 ``=``  unchanged: every checked metric within its threshold
 ====  ==========================================================================================
 
+Figures are judged only on cells that ended ``ok`` on both sides (a cell killed or refused on
+both sides is ``=`` with that said).
 A cell's mark is its verdict change if there is one, else the worst mark of its *checked*
 metrics (``-`` before ``+`` before ``~`` before ``=``); every numeric metric is compared and listed
 with its own mark, checked or not. Cells found on one side only are listed apart.
@@ -586,6 +589,17 @@ def sample_processes(cell: dict[str, Any]) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
+def contended_reasons(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Why a pair's figures cannot be judged: a side ran on a busy host (``contended``)."""
+    out = []
+    for side, cell in (("base", b), ("candidate", c)):
+        if cell.get("contended"):
+            busy = (cell.get("metrics", {}).get("host_busy_cores") or {}).get("value")
+            cores = f"{busy:.2f} cores" if isinstance(busy, int | float) else "CPU"
+            out.append(f"contended: {side} had {cores} busy outside the cell during its run")
+    return out
+
+
 def compare_cells(
     b: dict[str, Any],
     c: dict[str, Any],
@@ -600,6 +614,12 @@ def compare_cells(
     change = _outcome_change(sb, sc)
     if change is not None:
         return CellDiff(b["key"], b["runtime"], change[0], sb, sc, [change[1]])
+    busy = contended_reasons(b, c)
+    if busy:
+        return CellDiff(b["key"], b["runtime"], Mark.NOT_COMPARABLE, sb, sc, busy)
+    if sb.status != "ok" or sc.status != "ok":
+        why = f"outcome {sb.status} -> {sc.status}: performance and memory are judged on ok cells"
+        return CellDiff(b["key"], b["runtime"], Mark.SAME, sb, sc, [why])
     mb, mc = b["metrics"], c["metrics"]
     metrics = [
         compare_metric(n, mb.get(n), mc.get(n), checks.get(n), alpha)
