@@ -49,7 +49,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "[run]\nrepetitions = 1\nwarmup = 0\ntimeout_s = 300\n"
         f"[params]\nthreads = 1\nn_ctx = 128\nprompt_tokens = [16, {N}]\ngen_tokens = 8\n"
         + rows
-        + "[[fixtures]]\nmodel = 'tiny'\nvariant = 'fixed-shape'\n"
+        + "[[fixtures]]\nmodel = 'tiny'\nvariant = 'fixed-shape'\nexpect_kind = 'dynamic-shape'\n"
     )
     m = parse_matrix(text, tmp / "m.toml")
     repo = Path(__file__).resolve().parents[2]
@@ -73,6 +73,7 @@ def test_another_prompt_length_is_refused_cleanly(run: dict[str, Any], runtime: 
     assert c["expect"] == "error"
     assert c["outcome"]["status"] == "error" and c["verdict"] == "PASS", c["outcome"]
     assert REFUSAL[runtime] in c["outcome"]["message"]
+    assert c["outcome"]["error_kind"] == "dynamic-shape"  # the kind the fixture declares
     assert c["outcome"]["phase"] == "generate"  # it loads; the shape is checked at the call
 
 
@@ -81,7 +82,7 @@ def test_onnx_fixes_every_traced_dim_so_decode_is_refused(
     run: dict[str, Any], runtime: str
 ) -> None:
     out = cell(run, runtime, N)["outcome"]
-    assert out["status"] == "error"
+    assert out["status"] == "error" and out["error_kind"] == "dynamic-shape"
     assert f"Got: 1 Expected: {N}" in out["message"]  # the first decode step: one token
 
 

@@ -245,6 +245,7 @@ def test_a_precision_the_cpu_device_refuses_is_a_fallback(tmp_path: Path) -> Non
 def shape_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     fixtures = "".join(
         f"[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\nvariant = '{v}'\n"
+        + ("expect_kind = 'dynamic-shape'\n" if v == "fixed-shape" else "")
         for v in ("data-dependent-shape", "fixed-shape")
     )
     body = (
@@ -273,3 +274,4 @@ def test_a_fixed_shape_graph_fed_another_length_is_refused(
     c = cell(shape_run, runtime, "fixed-shape")
     assert c["outcome"]["status"] == "error" and c["verdict"] == "PASS"
     assert "Got invalid dimensions for input" in c["outcome"]["message"]
+    assert c["outcome"]["error_kind"] == "dynamic-shape"
