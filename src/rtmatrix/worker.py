@@ -115,6 +115,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
     import numpy as np
 
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
+    from rtmatrix.adapters.capabilities import collect_evidence
     from rtmatrix.fixtures.model import make_prompt
     from rtmatrix.metrics import power
 
@@ -175,7 +176,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
                 result["reps" if counted else "warmup"].append(rep)
         phase = "evidence"
         events.phase(phase)
-        result["evidence"] = adapter.evidence()
+        result["evidence"] = collect_evidence(adapter)
         phase = "close"
         events.phase(phase)
         adapter.close()
@@ -196,7 +197,7 @@ def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, di
         }
         if adapter is not None:
             try:
-                result["evidence"] = adapter.evidence()
+                result["evidence"] = collect_evidence(adapter)
             except Exception as ev_exc:  # evidence is best effort after a failure
                 result["evidence"] = {"error": f"evidence unavailable: {ev_exc}"}
         return EXIT_ERROR, result

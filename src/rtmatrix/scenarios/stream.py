@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from rtmatrix.adapters.base import Adapter
+from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import Streaming, missing
 from rtmatrix.fixtures.model import greedy_pick
+from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
-from rtmatrix.scenarios.backends import backend_for
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
@@ -56,7 +57,9 @@ def run(
     banned: list[int],
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
-    be = backend_for(adapter, "stream")
+    if not isinstance(adapter, Streaming):
+        raise RuntimeUnavailable(missing(adapter, Streaming, f"scenario {Scenario.STREAM.value!r}"))
+    be = adapter.stream_backend()
     p = job["params"]
     opts = job.get("options") or {}
     n_gen = int(opts.get("stream_tokens", p["gen_tokens"]))
@@ -153,7 +156,7 @@ def run(
     if held:
         findings.append(f"{held} sampled token(s) never reached the consumer as a chunk")
     return {
-        "scenario": "stream",
+        "scenario": Scenario.STREAM.value,
         "findings": findings,
         "runtime": be.runtime,
         "api": be.api,
