@@ -298,6 +298,7 @@ def test_lifecycle_panel_survives_missing_and_odd_data() -> None:
     bare["key"] = "llama_cpp|tiny-cancel-bare/f32|x"
     bare["fixture"]["name"] = "tiny-cancel-bare"
     bare["metrics"] = {}
+    bare["scenario"] = "cancel"  # the record says what it ran: nothing else would tell
     run["cells"].append(bare)
     html = render_html([run])
     assert "no data: the cell ended with outcome ok before the cancel scenario measured" in html
