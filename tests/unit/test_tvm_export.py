@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtmatrix.adapters import tvm as tvm_adapter
 from rtmatrix.fixtures import build_fixture, get_format
 from rtmatrix.fixtures import tvm_export as te
 from rtmatrix.fixtures import tvm_model as tm
@@ -26,6 +25,7 @@ from rtmatrix.fixtures.cache import CachedArtifact
 from rtmatrix.fixtures.model import make_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.fixtures.variants import FIXED_SHAPE_PROMPT_TOKENS
+from rtmatrix.runtimes.tvm import adapter as tvm_adapter
 
 needs_tvm = pytest.mark.skipif(find_spec("tvm") is None, reason="apache-tvm is not installed")
 

@@ -403,6 +403,12 @@ class TvmAdapter(Adapter):
                 found.append("Module.inspect_source('ll'/'asm'): the generated LLVM IR / assembly")
         return found
 
+    def placement(self) -> dict[str, Any] | None:
+        """The ``Placement`` capability: this row builds for and runs on the CPU only."""
+        if self._tvm is None:
+            return None
+        return {"requested": ["cpu"], "used": ["cpu"], "fallback": False}
+
     def evidence(self) -> dict[str, Any]:
         if self._tvm is None:
             return {}
@@ -427,7 +433,6 @@ class TvmAdapter(Adapter):
             },
             "load_breakdown": self._load,
             "threads": self._threads,
-            "placement": {"requested": ["cpu"], "used": ["cpu"], "fallback": False},
             "package": package_breakdown(self.distribution),
             "mlc_llm": mlc_llm_status(),
             "debug_facilities": self._debug_facilities(),
