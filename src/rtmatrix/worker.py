@@ -158,7 +158,7 @@ def _error_kind(adapter: Any, result: WorkerResult) -> str:
     """Classify the failure with the runtime's own patterns first, then the generic ones."""
     from rtmatrix.errorkinds import classify_error
 
-    patterns = getattr(adapter, "error_patterns", ())
+    patterns = adapter.error_patterns if adapter is not None else ()
     log_tail = str((result.evidence or {}).get("log_tail", ""))
     return str(classify_error(result.error_type, result.message or "", log_tail, patterns))
 

@@ -64,6 +64,9 @@ class Adapter(ABC):
     extra: ClassVar[str]
     #: the model container it reads (``gguf``, ``onnx``, ...)
     container: ClassVar[str]
+    #: ``(error kind, regex)`` pairs for the messages this runtime prints, tried before the
+    #: generic ones of :mod:`rtmatrix.errorkinds` (kinds: :class:`rtmatrix.outcome.ErrorKind`)
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """The row's ``options``, given before :meth:`import_runtime` (some adapters choose what

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
 from rtmatrix.runtimes.llama_cpp.stream import LlamaCppBackend, abort_prefill
 
@@ -55,6 +56,7 @@ class LlamaCppAdapter(Adapter):
     distribution: ClassVar[str] = "llama-cpp-python"
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._lib: Any = None

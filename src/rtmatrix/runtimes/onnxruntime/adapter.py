@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.onnxruntime.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.onnxruntime.placement import (
     CPU,
     count_partitions,
@@ -90,6 +91,7 @@ class OrtAdapter(Adapter):
     distribution: ClassVar[str] = "onnxruntime"
     extra: ClassVar[str] = "onnxruntime"
     container: ClassVar[str] = "onnx"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._ort: Any = None

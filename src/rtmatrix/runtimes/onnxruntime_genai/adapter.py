@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
 from rtmatrix.runtimes.onnxruntime.placement import parse_placement_log
+from rtmatrix.runtimes.onnxruntime_genai.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.onnxruntime_genai.stream import OrtGenaiBackend
 
 GENAI_CONFIG = "genai_config.json"
@@ -88,6 +89,7 @@ class OrtGenaiAdapter(Adapter):
     distribution: ClassVar[str] = "onnxruntime-genai"
     extra: ClassVar[str] = "onnxruntime-genai"
     container: ClassVar[str] = "onnx"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._og: Any = None

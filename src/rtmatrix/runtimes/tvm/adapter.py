@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.tvm.errors import ERROR_PATTERNS
 
 MODES = ("aot", "jit")
 SPEC_FILE = "spec.json"
@@ -164,6 +165,7 @@ class TvmAdapter(Adapter):
     distribution: ClassVar[str] = "apache-tvm"
     extra: ClassVar[str] = "mlc"
     container: ClassVar[str] = "tvm"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._options: dict[str, Any] | None = None
