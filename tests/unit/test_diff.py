@@ -409,3 +409,17 @@ def test_figures_of_cells_not_ok_on_both_sides_are_not_judged(base: dict[str, An
     diff = compare_cells(b, c, default_checks())
     assert diff.mark is Mark.SAME and diff.metrics == []
     assert "judged on ok cells" in diff.reasons[0]
+
+
+def test_a_change_of_error_kind_is_a_transition(base: dict[str, Any]) -> None:
+    def failed(kind: str, verdict: str) -> dict[str, Any]:
+        cell = _with_outcome(_cell(base, 2), verdict, "error")
+        cell["outcome"]["error_kind"] = kind
+        return cell
+
+    diff = compare_cells(failed("out-of-memory", "WARN"), failed("unclassified", "WARN"), {})
+    assert diff.mark is Mark.NEW_FAILURE
+    assert diff.reasons == ["error kind out-of-memory -> unclassified (verdict WARN on both sides)"]
+    assert diff.candidate.to_dict()["kind"] == "unclassified"
+    accepted = compare_cells(failed("unknown-arch", "PASS"), failed("unsupported-op", "PASS"), {})
+    assert accepted.mark is Mark.SAME and "both accepted" in accepted.reasons[0]

@@ -285,14 +285,18 @@ class Side:
     verdict: str
     status: str
     message: str
+    #: the error kind of a failed cell (``outcome.error_kind``), if classified
+    kind: str | None = None
 
     @classmethod
     def of(cls, cell: dict[str, Any]) -> Side:
         out = cell["outcome"]
-        return cls(cell["verdict"], out["status"], str(out.get("message", "")))
+        kind = out.get("error_kind")
+        return cls(cell["verdict"], out["status"], str(out.get("message", "")), kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "status": self.status, "message": self.message}
+        out = {"verdict": self.verdict, "status": self.status, "message": self.message}
+        return out | ({"kind": self.kind} if self.kind else {})
 
 
 @dataclass(frozen=True)
@@ -546,6 +550,14 @@ def _incomparable(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return reasons
 
 
+def _kind_change(b: Side, c: Side) -> tuple[Mark, str] | None:
+    """The same verdict and outcome, but the runtime now fails for another reason: ``!`` unless
+    the candidate still PASSes (both kinds expected), which ``compare_cells`` notes instead."""
+    if not (b.kind and c.kind) or b.kind == c.kind or c.verdict == Verdict.PASS:
+        return None
+    return Mark.NEW_FAILURE, f"error kind {b.kind} -> {c.kind} (verdict {c.verdict} on both sides)"
+
+
 def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
     """``!`` or ``*`` with the reason, or None when verdict and outcome severity are unchanged."""
     rb, rc = _VERDICT_RANK[Verdict(b.verdict)], _VERDICT_RANK[Verdict(c.verdict)]
@@ -554,7 +566,7 @@ def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
         sb = _STATUS_SEVERITY.get(Status(b.status), _WORST)
         sc = _STATUS_SEVERITY.get(Status(c.status), _WORST)
         if sb == sc:
-            return None
+            return _kind_change(b, c)
         rb, rc = sb, sc
         what = f"outcome {b.status} -> {c.status} (verdict {b.verdict} on both sides)"
     return (Mark.NEW_FAILURE, what) if rc > rb else (Mark.FIXED, what)
@@ -614,6 +626,9 @@ def compare_cells(
     change = _outcome_change(sb, sc)
     if change is not None:
         return CellDiff(b["key"], b["runtime"], change[0], sb, sc, [change[1]])
+    if sb.kind and sc.kind and sb.kind != sc.kind:
+        why = f"error kind {sb.kind} -> {sc.kind} (both accepted: verdict {sc.verdict})"
+        return CellDiff(b["key"], b["runtime"], Mark.SAME, sb, sc, [why])
     busy = contended_reasons(b, c)
     if busy:
         return CellDiff(b["key"], b["runtime"], Mark.NOT_COMPARABLE, sb, sc, busy)
