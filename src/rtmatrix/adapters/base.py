@@ -27,6 +27,7 @@ ENTRY_POINT_GROUP = "rtmatrix.adapters"
 
 BUILTIN_ADAPTERS: dict[str, str] = {
     "llama_cpp": "rtmatrix.runtimes.llama_cpp.adapter:LlamaCppAdapter",
+    "llama_server": "rtmatrix.runtimes.llama_server.adapter:LlamaServerAdapter",
     "onnxruntime": "rtmatrix.runtimes.onnxruntime.adapter:OrtAdapter",
     "onnxruntime_genai": "rtmatrix.runtimes.onnxruntime_genai.adapter:OrtGenaiAdapter",
     "onnxruntime_openvino": "rtmatrix.runtimes.onnxruntime_openvino.adapter:OrtOpenVinoAdapter",

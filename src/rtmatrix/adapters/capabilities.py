@@ -15,6 +15,20 @@ Serving        ``server_driver()``           scenario ``serve``
 Placement      ``placement()``               ``evidence.placement`` (fallback outcome)
 =============  ============================  ==============================================
 
+Finer capabilities of a backend or a server driver, asked for the same way:
+
+=================  ==========================================  =====================================
+capability         method                                      unlocks
+=================  ==========================================  =====================================
+ProcessMemory      backend ``process_rss()``                   ``cancel`` reads the RSS of the
+                                                               process the work runs in (a server)
+UnstreamedRun      backend ``complete(prompt, n, banned)``     ``stream``'s token check where the
+                                                               harness has no greedy loop
+ServerCounters     driver ``counters(port)``, ``slots(port)``  ``serve``: /metrics deltas per level,
+                                                               busy slots, slot seen free again
+TokenServer        driver ``complete_tokens(...)``             ``serve``'s batch-invariance phase
+=================  ==========================================  =====================================
+
 Nothing here imports a runtime.
 """
 
@@ -108,6 +122,28 @@ class Abortable(Protocol):
         ...
 
 
+@runtime_checkable
+class ProcessMemory(Protocol):
+    """A backend whose work runs in another process (a server): memory checks read that one."""
+
+    def process_rss(self) -> int | None:
+        """RSS of the process the runtime works in, in bytes (None when it is not running)."""
+        ...
+
+
+@runtime_checkable
+class UnstreamedRun(Protocol):
+    """A backend that also answers in one piece: the ``stream`` scenario compares the streamed
+    ids with it where the harness has no greedy loop over the runtime (a server row)."""
+
+    #: the non-streamed path, in words
+    reference_api: str
+
+    def complete(self, prompt: Sequence[int], max_tokens: int, banned: Sequence[int]) -> list[int]:
+        """The greedy ids of ``prompt`` (``banned`` masked), without streaming."""
+        ...
+
+
 @dataclass(frozen=True)
 class ServerLaunch:
     """How to start one server process: its command line and the settings it was given."""
@@ -115,6 +151,8 @@ class ServerLaunch:
     argv: list[str]
     #: what the server was configured with (recorded in the result)
     settings: dict[str, Any]
+    #: the environment to start it in (None: the worker's own)
+    env: dict[str, str] | None = None
 
 
 class ServerDriver(Protocol):
@@ -146,6 +184,43 @@ class ServerDriver(Protocol):
 
 
 @runtime_checkable
+class ServerCounters(Protocol):
+    """A driver that reads the server's own counters and slot states."""
+
+    #: where the counters come from, in words
+    counters_doc: str
+
+    def counters(self, port: int) -> dict[str, float]:
+        """The server's counters and gauges now (e.g. Prometheus ``/metrics``), by name."""
+        ...
+
+    def slots(self, port: int) -> list[dict[str, Any]]:
+        """Each request slot: ``{"id", "phase": idle|prefill|decode, ...}``."""
+        ...
+
+
+@runtime_checkable
+class TokenServer(Protocol):
+    """A driver whose server takes token ids and returns the top log-probabilities of every
+    generated position (the ``serve`` scenario's batch-invariance phase)."""
+
+    #: the endpoint, in words
+    token_api: str
+
+    def complete_tokens(
+        self,
+        port: int,
+        prompt: Sequence[int],
+        max_tokens: int,
+        banned: Sequence[int],
+        n_probs: int,
+    ) -> dict[str, Any]:
+        """A greedy, non-streamed completion: ``{"tokens": [...], "top": [[[id, logprob],
+        ...] per position], ...}`` (top log-probabilities computed before sampling)."""
+        ...
+
+
+@runtime_checkable
 class Serving(Protocol):
     """The runtime ships an OpenAI-compatible server (scenario ``serve``)."""
 
@@ -171,6 +246,10 @@ CAPABILITIES: dict[type[Any], str] = {
     Abortable: "abort_prefill(prompt, delay_s)",
     Serving: "server_driver()",
     Placement: "placement()",
+    ProcessMemory: "process_rss()",
+    UnstreamedRun: "complete(prompt, max_tokens, banned)",
+    ServerCounters: "counters(port), slots(port)",
+    TokenServer: "complete_tokens(port, prompt, max_tokens, banned, n_probs)",
 }
 
 

@@ -15,8 +15,11 @@ the rest of the generation, so the consumer would get no chunk to close at (the 
 scenario measures that hold-back as ``stream_delivery_lag_max_s``).
 
 Cycles: ``[run] warmup`` uncounted ones first (checked, not in the leak series or the figures),
-then ``cancel_cycles`` counted ones; the leak check compares RSS after the last counted cycle with
-RSS after the first (``rss_slope_bytes_per_cycle`` tells a steady leak from a one-off step).
+then ``cancel_cycles`` counted ones; the leak check is judged on the trend of RSS over the counted
+cycles (:func:`rtmatrix.scenarios.trace.trend_leak_check`: a steady growth, not a one-off step;
+``rss_growth_bytes`` keeps the endpoint pair). Where the runtime works in another process (a
+server, the backend's ``ProcessMemory`` capability) that process's RSS is the one measured; a
+backend whose state reports ``busy_slots`` must show 0 after every release.
 
 Options: ``cancel_cycles`` (20), ``cancel_after_tokens`` (k, 8), ``cancel_modes``
 (["stop", "close"]), ``cancel_max_tokens_after`` (tokens sampled after the cancel, 1: the token
@@ -38,7 +41,13 @@ from typing import Any
 import psutil
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
-from rtmatrix.adapters.capabilities import Abortable, StreamBackend, Streaming, missing
+from rtmatrix.adapters.capabilities import (
+    Abortable,
+    ProcessMemory,
+    StreamBackend,
+    Streaming,
+    missing,
+)
 from rtmatrix.fixtures.model import make_prompt
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
@@ -48,10 +57,10 @@ from rtmatrix.scenarios.trace import (
     check,
     clock,
     constant_check,
-    leak_check,
     maximum,
     measured,
     trace_checks,
+    trend_leak_check,
 )
 
 MODES = ("stop", "close")
@@ -97,6 +106,8 @@ class Plan:
     wait_s: float
     pool: ThreadPoolExecutor
     origin: float
+    #: RSS of the process the runtime works in (the worker's own, or the backend's server)
+    rss: Callable[[], int | None] = rss
 
 
 def one_cycle(
@@ -118,7 +129,7 @@ def one_cycle(
             stop = mode == "stop" and cancel.is_set()
         if len(tr.tokens) == k:
             rec["state_during"] = be.state()
-            rec["rss_during"] = rss()
+            rec["rss_during"] = plan.rss()
             reached.set()
         return stop
 
@@ -144,11 +155,12 @@ def one_cycle(
         finally:
             reached.set()
         rec["state_after_close"] = be.state()
-        rec["rss_after_close"] = rss()
+        rec["rss_after_close"] = plan.rss()
         be.release()
         tr.released = clock()
         rec["state_after_release"] = be.state()
 
+    rec["state_at_open"] = be.state()
     tr.queued = clock()
     done = plan.pool.submit(generate)
     reached.wait(wait_s)
@@ -161,7 +173,7 @@ def one_cycle(
         rec["error"] = f"the generation thread did not stop within {wait_s:.0f} s of the cancel"
         return tr, rec
     gc.collect()
-    rec["rss_after_release"] = rss()
+    rec["rss_after_release"] = plan.rss()
     t_cancel = tr.cancel_requested
     last = tr.tokens[-1] if tr.tokens else None
     rec |= {
@@ -172,7 +184,18 @@ def one_cycle(
         "release_s": tr.released - t_cancel if tr.released is not None else None,
         "terminal": tr.terminal,
     }
+    served = _delta(rec, "tokens_predicted_total")
+    if served is not None:
+        # the runtime's own count of what it generated, against what reached the client
+        rec["runtime_tokens"] = served
+        rec["runtime_tokens_unseen"] = served - len(tr.tokens)
     return tr, rec
+
+
+def _delta(rec: dict[str, Any], key: str) -> int | None:
+    a = (rec.get("state_at_open") or {}).get(key)
+    b = (rec.get("state_after_release") or {}).get(key)
+    return int(b) - int(a) if isinstance(a, int) and isinstance(b, int) else None
 
 
 def run(
@@ -200,6 +223,7 @@ def run(
     to_mono = time.monotonic() - origin
     be.release()
     gc.collect()
+    rss_of: Callable[[], int | None] = be.process_rss if isinstance(be, ProcessMemory) else rss
     result: dict[str, Any] = {
         "scenario": Scenario.CANCEL.value,
         "runtime": be.runtime,
@@ -212,7 +236,10 @@ def run(
         "leak_tolerance_bytes": tol,
         "bound_tokens_after": int(opts["cancel_max_tokens_after"]),
         "state_before": be.state(),
-        "rss_before": rss(),
+        "rss_before": rss_of(),
+        "rss_process": "the runtime's own process (ProcessMemory)"
+        if isinstance(be, ProcessMemory)
+        else "the worker process",
         "modes": {},
     }
     traces: list[dict[str, Any]] = []
@@ -220,7 +247,7 @@ def run(
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtmatrix-generation")
     warmup = p.warmup
     result["warmup_cycles"] = warmup
-    plan = Plan(be, prompt, max_tokens, k, cycles, warmup, wait_s, pool, origin)
+    plan = Plan(be, prompt, max_tokens, k, cycles, warmup, wait_s, pool, origin, rss_of)
     try:
         for i, mode in enumerate(opts["cancel_modes"]):
             first = mark if i == 0 else None
@@ -357,11 +384,15 @@ def mode_checks(
     series = [
         float(r["rss_after_release"])
         for r in recs
-        if "rss_after_release" in r and r.get("counted", True)
+        if r.get("rss_after_release") is not None and r.get("counted", True)
     ]
-    out.append(leak_check(f"cancel_{mode}_rss_leak", series, result["leak_tolerance_bytes"]))
+    out.append(trend_leak_check(f"cancel_{mode}_rss_leak", series, result["leak_tolerance_bytes"]))
     before = result["state_before"]
-    for key, empty in (("state_bytes", before.get("state_bytes")), ("kv_pos_max", -1)):
+    for key, empty in (
+        ("state_bytes", before.get("state_bytes")),
+        ("kv_pos_max", -1),
+        ("busy_slots", 0),
+    ):
         if empty is None or key not in before:
             continue
         out.append(
@@ -477,8 +508,19 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
             "s",
             clk,
             method="cancel requested -> sequence state cleared (stream stopped, state released)",
+            released_when=result.get("state_doc"),
             why_none=why,
         )
+        unseen = [r["runtime_tokens_unseen"] for r in recs if "runtime_tokens_unseen" in r]
+        if unseen:
+            out[f"{pre}_runtime_tokens_unseen"] = maximum(
+                unseen,
+                "tokens",
+                rt,
+                method="tokens the runtime's own counter says it generated in a cycle, minus "
+                "those the client received (generated after the client let go; max over cycles)",
+                doc=result.get("state_doc"),
+            )
         out[f"{pre}_tokens_after"] = maximum(
             [r["tokens_after"] for r in recs],
             "tokens",
@@ -487,7 +529,8 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
             k=result.get("k"),
             why_none=why,
         )
-        series = [r["rss_after_release"] for r in recs if "rss_after_release" in r]
+        series = [r["rss_after_release"] for r in recs if r.get("rss_after_release") is not None]
+        whose = str(result.get("rss_process") or "the worker process")
         out[f"{pre}_rss_growth_bytes"] = (
             Metric(
                 series[-1] - series[0],
@@ -495,6 +538,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
                 osacc,
                 detail={
                     "method": f"RSS after cycle {len(series)} minus after cycle 1 (gc collected)",
+                    "process": whose,
                     "tolerance_bytes": result.get("leak_tolerance_bytes"),
                     "rss_after_each": series,
                 },
@@ -518,12 +562,17 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
         for phase in ("during", "after_close", "after_release"):
             vals = [r.get(f"rss_{phase}") for r in recs if r.get(f"rss_{phase}") is not None]
             out[f"{pre}_rss_{phase}_bytes"] = measured(
-                vals, "bytes", osacc, method=f"worker RSS {phase.replace('_', ' ')}", why_none=why
+                vals,
+                "bytes",
+                osacc,
+                method=f"RSS {phase.replace('_', ' ')}",
+                process=whose,
+                why_none=why,
             )
-        for key in ("state_bytes", "kv_tokens"):
+        for key in ("state_bytes", "kv_tokens", "busy_slots"):
             if key not in (result.get("state_before") or {}):
                 continue
-            unit = "bytes" if key == "state_bytes" else "tokens"
+            unit = {"state_bytes": "bytes", "kv_tokens": "tokens"}.get(key, "slots")
             for phase in ("during", "after_close", "after_release"):
                 vals = [
                     v for r in recs if (v := (r.get(f"state_{phase}") or {}).get(key)) is not None
@@ -563,5 +612,19 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
     else:
         out["cancel_prefill_latency_s"] = Metric.unavailable(
             "s", str(probe.get("unavailable") or "no prefill cancel attempt")
+        )
+    released = [
+        a["released_s"] for a in probe.get("attempts", []) if a.get("released_s") is not None
+    ]
+    if released:
+        out["cancel_prefill_released_s"] = Metric.measured(
+            released,
+            "s",
+            clk,
+            method="stop requested mid-prefill -> the runtime shows the request's state released "
+            "(aborted or not)",
+            how=probe.get("how"),
+            aborted=f"{len(aborted)}/{len(probe['attempts'])}",
+            prefill_tokens=probe.get("prompt_tokens"),
         )
     return out

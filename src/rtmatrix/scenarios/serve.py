@@ -114,7 +114,11 @@ class Server:
         with self.log_path.open("wb") as log:
             # no new session: the server stays in the worker's process group
             self.proc = subprocess.Popen(
-                self.launch.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                self.launch.argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.launch.env,
             )
         while clock() - t0 < timeout_s:
             if self.proc.poll() is not None:

@@ -6,7 +6,10 @@ queued, when the runtime started on the prompt, when each token was sampled (the
 per-token hook) and when each chunk reached the consumer. A chunk is what the streaming API
 hands the application; llama-cpp-python holds back a byte token that does not complete a UTF-8
 character, so chunks and tokens are measured separately. After the last repetition the harness's
-own greedy loop runs once on the same prompt: the streamed token ids must equal it.
+own greedy loop runs once on the same prompt: the streamed token ids must equal it. A backend
+the harness has no loop over (a server: the ``UnstreamedRun`` capability) answers the same
+request without streaming instead, and the streamed ids must equal that; a backend whose state
+reports ``busy_slots`` must show 0 after every release.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
-from rtmatrix.adapters.capabilities import Streaming, missing
+from rtmatrix.adapters.capabilities import Streaming, UnstreamedRun, missing
 from rtmatrix.fixtures.model import greedy_pick
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
@@ -114,7 +117,12 @@ def run(
             }
         )
         traces.append(tr.to_dict(origin))
-    loop_ids = greedy_loop(adapter, prompt, n_gen, banned)
+    if isinstance(be, UnstreamedRun):
+        loop_ids = be.complete(prompt, n_gen, banned)
+        ref_name, ref_what = "stream_tokens_equal_unstreamed", be.reference_api
+    else:
+        loop_ids = greedy_loop(adapter, prompt, n_gen, banned)
+        ref_name, ref_what = "stream_tokens_equal_greedy_loop", "the harness's greedy loop"
     be.release()
     checks = trace_checks(traces, need_release=True, label="stream")
     if streamed_ids is not None:
@@ -122,14 +130,23 @@ def run(
         agree = next((j for j in range(n) if streamed_ids[j] != loop_ids[j]), n)
         checks.append(
             check(
-                "stream_tokens_equal_greedy_loop",
+                ref_name,
                 agree == n and n > 0,
-                f"{agree}/{n} streamed token ids equal the harness's greedy loop"
+                f"{agree}/{n} streamed token ids equal {ref_what}"
                 + (
                     f" (first divergence at {agree}: {streamed_ids[agree]} vs {loop_ids[agree]})"
                     if agree < n
                     else ""
                 ),
+            )
+        )
+    if "busy_slots" in state_before:
+        checks.append(
+            constant_check(
+                "stream_slots_released",
+                [s.get("busy_slots") for s in states_after],
+                0.0,
+                "the runtime's busy_slots",
             )
         )
     key = "state_bytes" if "state_bytes" in state_before else None

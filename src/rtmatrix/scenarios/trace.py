@@ -165,6 +165,33 @@ def leak_check(
     )
 
 
+def trend_leak_check(
+    name: str, after_each: Sequence[float], tolerance: float, unit: str = "bytes"
+) -> dict[str, Any]:
+    """Memory over N cycles judged on its trend: a leak is a steady growth whose robust slope
+    (Theil-Sen, scipy.stats.theilslopes), even at the low end of its 95 % confidence interval,
+    adds up to more than ``tolerance`` over the cycles. A one-off step (an allocator growing
+    its pool once) barely moves that slope; one pair of endpoints would take it for a leak.
+    Fewer than 3 cycles: the endpoint comparison of :func:`leak_check`."""
+    n = len(after_each)
+    if n < 3:
+        return leak_check(name, after_each, tolerance, unit)
+    from scipy import stats
+
+    fit = stats.theilslopes(list(after_each), alpha=0.95)
+    lo, hi = float(fit.low_slope), float(fit.high_slope)
+    steady = lo * (n - 1)
+    growth = after_each[-1] - after_each[0]
+    return check(
+        name,
+        steady <= tolerance,
+        f"trend over {n} cycles: {float(fit.slope):+.0f} {unit}/cycle (95 % CI {lo:+.0f} .. "
+        f"{hi:+.0f}); the low end adds up to {steady:+.0f} {unit} over the cycles (tolerance "
+        f"{tolerance:.0f}); endpoints: {after_each[-1]:.0f} vs {after_each[0]:.0f} {unit}, "
+        f"{growth:+.0f}",
+    )
+
+
 def constant_check(
     name: str, values: Sequence[float | None], expect: float, what: str
 ) -> dict[str, Any]:
