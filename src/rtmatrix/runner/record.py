@@ -7,13 +7,16 @@ import hashlib
 import os
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rtmatrix.fixtures import FixtureError, PreparedFixture, reference_for
-from rtmatrix.fixtures.spec import ExporterUnavailable
+from rtmatrix.fixtures.model import Reference, greedy_pick
+from rtmatrix.fixtures.prepare import reference_weights
+from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
@@ -119,6 +122,44 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     return out
 
 
+def invariance_reference(fin: Finished) -> None:
+    """The ``serve`` scenario's batch-invariance requests against the numpy reference, as
+    parity is: on the weights as the file stores them; a failed check joins the scenario's
+    checks (so it refines the outcome), for the dtypes whose tokens parity demands exactly."""
+    from rtmatrix.scenarios import invariance
+
+    scenario = fin.result.scenario if fin.result else None
+    inv = (scenario or {}).get("invariance")
+    if scenario is None or not inv or fin.outcome.status is not Status.OK:
+        return
+    fx = fin.fixture
+    if fx is None or fx.model is None or fx.dtype is None:
+        inv["reference_check"] = "user-supplied model file: no numpy reference for it"
+        return
+    try:
+        spec = get_spec(fx.model)
+        ref = Reference(spec, reference_weights(spec, fx.container, fx.dtype))
+    except (FixtureError, ExporterUnavailable) as exc:
+        inv["reference_check"] = f"the numpy reference could not be built: {exc}"
+        return
+    banned = [int(t) for t in inv.get("banned") or []]
+
+    def generate(prompt: Sequence[int], n: int) -> tuple[list[int], list[Any]]:
+        cache = ref.new_cache()
+        logits = ref.forward(prompt, cache)[-1]
+        ids, steps = [], []
+        for i in range(n):
+            steps.append(logits)
+            ids.append(greedy_pick(logits, banned))
+            if i + 1 < n:
+                logits = ref.forward([ids[-1]], cache)[-1]
+        return ids, steps
+
+    how = "numpy forward pass on the weights as stored in the file, greedy, same ids masked"
+    exact = fx.dtype in parity.EXACT_TOKENS
+    scenario.setdefault("checks", []).extend(invariance.with_reference(inv, generate, exact, how))
+
+
 def contention(fin: Finished) -> ContentionReading | None:
     """CPU used on the host outside the cell's processes, over its counted repetitions (or the
     worker's whole life for a cell without them); None when no worker ran."""
@@ -182,6 +223,7 @@ def _evidence(fin: Finished) -> dict[str, Any]:
 def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
     """The finished cell's record: outcome (refined by parity), verdict, metrics, evidence."""
     par = parity_for(fin)
+    invariance_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
         outcome = replace(outcome, runtime_version=fin.result.runtime_version)

@@ -56,7 +56,7 @@ def run_scenario(
 def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
     if name not in Scenario.lifecycle():
         return {}
-    from rtmatrix.scenarios import cancel, serve, stream
+    from rtmatrix.scenarios import cancel, invariance, serve, stream
 
     sc = Scenario(name)
     compute = {
@@ -85,6 +85,11 @@ def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
             "findings": result.get("findings") or [],
             "skipped": result.get("skipped") or {},
             "traces": result.get("traces") or [],
+            **(
+                {"invariance": invariance.summary(result["invariance"])}
+                if result.get("invariance")
+                else {}
+            ),
         },
     )
     return out

@@ -11,9 +11,15 @@ SIGKILL). Phases, each bounded in requests and time:
 1. endpoints: ``/health``, ``/metrics``, ``/v1/models`` (status codes recorded);
 2. concurrency: N = 1, 2, 4 concurrent streaming ``/v1/completions`` (``serve_rounds`` rounds
    each): TTFT (request sent -> first token event), TPOT (mean gap between token events),
-   throughput, errors;
+   throughput, errors; where the driver reads the server's own counters and slots
+   (``ServerCounters``), their deltas over each level (``serve_c<N>_server_*``, source
+   ``runtime-counter``), the slots' transitions polled in the background and the time until
+   every slot is idle again (:mod:`rtmatrix.scenarios.serverside`);
+   then, where the driver takes token ids and returns top log-probabilities (``TokenServer``),
+   batch invariance and session isolation (:mod:`rtmatrix.scenarios.invariance`);
 3. a client that disconnects after 2 token events of a long request, then a normal request
-   (its TTFT says whether the server stopped the abandoned generation);
+   (its TTFT says whether the server stopped the abandoned generation; with ``ServerCounters``,
+   the time from the disconnect until the slots show idle);
 4. a slow consumer (reads one event per ``serve_slow_delay_s``) with a normal request behind it;
 5. malformed requests (invalid JSON, wrong types, a prompt beyond the context);
 6. survival: the process is alive, ``/v1/models`` answers, a small completion succeeds;
@@ -47,10 +53,17 @@ from typing import Any
 import psutil
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
-from rtmatrix.adapters.capabilities import ServerDriver, Serving, missing
+from rtmatrix.adapters.capabilities import (
+    ServerCounters,
+    ServerDriver,
+    Serving,
+    TokenServer,
+    missing,
+)
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
+from rtmatrix.scenarios import invariance, serverside
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
@@ -72,6 +85,8 @@ DEFAULTS: dict[str, Any] = {
     "serve_interrupt_probe": True,
     "serve_start_timeout_s": 90.0,
     "serve_request_timeout_s": 60.0,
+    "serve_invariance": True,
+    **invariance.DEFAULTS,
 }
 NO_PREFILL = "not observable over HTTP: the server reports no prefill start"
 BIAS = -1.0e9  # JSON has no -inf; added to a logit, it masks the token
@@ -319,6 +334,7 @@ def run(
         "scenario": Scenario.SERVE.value,
         "runtime": adapter.name,
         "api": driver.api,
+        "counters_doc": driver.counters_doc if isinstance(driver, ServerCounters) else None,
         "prompt_tokens": len(prompt),
         "max_tokens": n_tok,
         "masked_token_ids": len(masked),
@@ -347,27 +363,40 @@ def run(
             # warm-up request, not counted
             stream(srv.port, payload(4), RequestTrace("warmup"), timeout=timeout)
             res["levels"] = {}
+            res["server_levels"] = {}
             for n in opts["serve_concurrency"]:
-                rounds = []
-                for r in range(int(opts["serve_rounds"])):
-                    if not time_left(f"c{n}-round{r}"):
-                        break
-                    names = [f"c{n}-r{r}-{i}" for i in range(n)]
-                    trs = concurrent(srv.port, [payload(n_tok)] * n, names, timeout)
-                    traces += trs
-                    t_first = min(t.queued for t in trs if t.queued is not None)
-                    t_last = max(t.terminal_t for t in trs if t.terminal_t is not None)
-                    rounds.append(
-                        {
-                            "ttft_s": [ttft(t) for t in trs],
-                            "tpot_s": [tpot(t) for t in trs],
-                            "tokens": [len(t.tokens) for t in trs],
-                            "terminal": [t.terminal for t in trs],
-                            "wall_s": t_last - t_first,
-                            "errors": sum(1 for t in trs if t.terminal == "failed"),
-                        }
-                    )
+
+                def level(n: int = n) -> list[dict[str, Any]]:
+                    rounds = []
+                    for r in range(int(opts["serve_rounds"])):
+                        if not time_left(f"c{n}-round{r}"):
+                            break
+                        names = [f"c{n}-r{r}-{i}" for i in range(n)]
+                        trs = concurrent(srv.port, [payload(n_tok)] * n, names, timeout)
+                        traces.extend(trs)
+                        rounds.append(round_record(trs))
+                    return rounds
+
+                if isinstance(driver, ServerCounters):
+                    rounds, seen = serverside.observe(driver, srv.port, origin, level)
+                    res["server_levels"][str(n)] = seen
+                else:
+                    rounds = level()
                 res["levels"][str(n)] = rounds
+            if res["server_levels"]:
+                checks.append(slots_released_check(res["server_levels"]))
+            if (
+                isinstance(driver, TokenServer)
+                and opts["serve_invariance"]
+                and time_left("invariance")
+            ):
+                res["invariance"] = invariance_phase(driver, srv.port, job, adapter, banned, opts)
+                checks += invariance.checks(res["invariance"])
+            elif opts["serve_invariance"] and not isinstance(driver, TokenServer):
+                res["skipped"]["invariance"] = (
+                    f"the {driver.program} driver does not offer the TokenServer capability "
+                    "(token ids in, top log-probabilities out)"
+                )
             sweep = [t for t in traces if t.name.startswith("c")]
             bad = [f"{t.name}: {t.terminal} {t.info}" for t in sweep if t.terminal != "completed"]
             checks.append(
@@ -382,6 +411,17 @@ def run(
                 res["disconnect"] = disconnect_phase(
                     srv, driver, payload, n_ctx, len(prompt), timeout, traces
                 )
+                if "slot_free_s" in res["disconnect"]:
+                    free = res["disconnect"]["slot_free_s"]
+                    checks.append(
+                        check(
+                            "serve_disconnect_slot_freed",
+                            free is not None,
+                            "after the client disconnect every slot was idle again "
+                            + (f"after {free:.4f} s" if free is not None else "never")
+                            + f" (polled, within {serverside.IDLE_TIMEOUT_S:.0f} s)",
+                        )
+                    )
             if time_left("slow-consumer"):
                 res["slow"] = slow_phase(srv, payload, n_tok, opts, timeout, traces)
             if time_left("malformed"):
@@ -425,6 +465,51 @@ def run(
     return res
 
 
+def round_record(trs: list[RequestTrace]) -> dict[str, Any]:
+    t_first = min(t.queued for t in trs if t.queued is not None)
+    t_last = max(t.terminal_t for t in trs if t.terminal_t is not None)
+    return {
+        "ttft_s": [ttft(t) for t in trs],
+        "tpot_s": [tpot(t) for t in trs],
+        "tokens": [len(t.tokens) for t in trs],
+        "terminal": [t.terminal for t in trs],
+        "wall_s": t_last - t_first,
+        "errors": sum(1 for t in trs if t.terminal == "failed"),
+    }
+
+
+def slots_released_check(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """After every concurrency level the server showed all its slots idle again."""
+    stuck = [n for n, rec in levels.items() if rec.get("idle_after_s") is None]
+    return check(
+        "serve_slots_released",
+        not stuck,
+        f"all slots idle again after {len(levels) - len(stuck)}/{len(levels)} concurrency "
+        "level(s) (the server's slots, polled)" + (f"; still busy after c{stuck}" if stuck else ""),
+    )
+
+
+def invariance_phase(
+    driver: TokenServer,
+    port: int,
+    job: Job,
+    adapter: Adapter,
+    banned: list[int],
+    opts: dict[str, Any],
+) -> dict[str, Any]:
+    p = job.params
+    bos = adapter.special_ids.get("bos", -1)
+    reqs = invariance.plan(
+        int(opts["invariance_requests"]),
+        p.prompt_tokens,
+        p.gen_tokens,
+        p.n_ctx,
+        adapter.vocab_size,
+        bos if bos >= 0 else 1,
+    )
+    return invariance.run_phase(driver, port, reqs, banned, opts)
+
+
 def disconnect_phase(
     srv: Server,
     driver: ServerDriver,
@@ -438,6 +523,12 @@ def disconnect_phase(
     long_tokens = max(8, n_ctx - n_prompt - 8)
     gone = RequestTrace("disconnect")
     stream(srv.port, payload(long_tokens), gone, timeout=timeout, disconnect_after=2)
+    free: dict[str, Any] = {}
+    if isinstance(driver, ServerCounters):
+        # the client's clock from the disconnect to the server's slots all idle again
+        free["slot_free_s"] = serverside.wait_idle(driver, srv.port, serverside.IDLE_TIMEOUT_S)
+        if free["slot_free_s"] is not None and gone.released and gone.cancel_requested:
+            free["slot_free_s"] += gone.released - gone.cancel_requested
     nxt = RequestTrace("after-disconnect")
     stream(srv.port, payload(8), nxt, timeout=timeout)
     traces += [gone, nxt]
@@ -448,6 +539,7 @@ def disconnect_phase(
         "next": {"terminal": nxt.terminal, "ttft_s": ttft(nxt), "tokens": len(nxt.tokens)},
         "server_logged_disconnect": driver.logged_disconnect(log),
         "alive": srv.alive(),
+        **free,
     }
 
 
@@ -657,7 +749,41 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
                 "terminal": [t for r in rounds for t in r["terminal"]],
             },
         )
+    doc = str(result.get("counters_doc") or "the server's own counters")
+    for n, seen in (result.get("server_levels") or {}).items():
+        out |= serverside.level_metrics(n, seen, doc)
+        out[f"serve_c{n}_server_idle_after_s"] = (
+            Metric(
+                seen["idle_after_s"],
+                "s",
+                clk,
+                detail={
+                    "method": "last client request ended -> every slot idle (polled)",
+                    "concurrency": int(n),
+                    "slot_transitions": seen.get("slot_transitions", [])[:200],
+                },
+            )
+            if seen.get("idle_after_s") is not None
+            else Metric.unavailable("s", "the slots were not all idle within the wait")
+        )
+    if "invariance" in result or "invariance" in (result.get("skipped") or {}):
+        why = str((result.get("skipped") or {}).get("invariance") or "the phase did not run")
+        out |= invariance.metrics(result.get("invariance"), why)
     dis = result.get("disconnect")
+    if dis and "slot_free_s" in dis:
+        out["serve_disconnect_slot_free_s"] = (
+            Metric(
+                dis["slot_free_s"],
+                "s",
+                clk,
+                detail={
+                    "method": "client closed the connection mid-stream -> every slot idle "
+                    "(the server's slots, polled)"
+                },
+            )
+            if dis["slot_free_s"] is not None
+            else Metric.unavailable("s", "the slots were not all idle within the wait")
+        )
     if dis:
         base = quantiles(
             [
