@@ -369,6 +369,8 @@ def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
         )
     else:
         card.note = card.note or "no concurrency level recorded a measurement"
+    _server_counters(cell, card, notes)
+    _invariance(cell, card, notes)
     survived = _m(cell, "serve_survived")
     sv = metric_value(survived, notes, "serve_survived")
     if survived and survived.get("value") is not None:
@@ -385,6 +387,16 @@ def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
         Part(
             "after a client disconnect, next TTFT",
             _value(cell, "serve_disconnect_next_ttft_s", notes),
+        ),
+        *(
+            [
+                Part(
+                    "after a client disconnect, slots idle again",
+                    _value(cell, "serve_disconnect_slot_free_s", notes),
+                )
+            ]
+            if _m(cell, "serve_disconnect_slot_free_s")
+            else []
         ),
         Part(
             "behind a slow consumer, TTFT", _value(cell, "serve_behind_slow_consumer_ttft_s", notes)
@@ -408,6 +420,111 @@ def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
     ):
         if _m(cell, key):
             card.facts.append(Part(label, _value(cell, key, notes)))
+
+
+_SERVER_COLUMNS = (
+    ("tokens_predicted", "tokens generated"),
+    ("decode_calls", "decode calls"),
+    ("tokens_per_decode", "tokens per decode"),
+    ("tg_tps", "per-request TG tok/s"),
+    ("busy_slots_max", "busy slots (max seen)"),
+)
+
+
+def _server_counters(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    """The server's own counters per concurrency level (``serve_c<N>_server_*``)."""
+    levels = [n for n in serve_levels(cell) if _m(cell, f"serve_c{n}_server_tokens_predicted")]
+    if not levels:
+        return
+    rows = tuple(
+        TableRow(
+            str(n),
+            (
+                *(_value(cell, f"serve_c{n}_server_{k}", notes) for k, _ in _SERVER_COLUMNS),
+                _value(cell, f"serve_c{n}_server_idle_after_s", notes),
+            ),
+            data=str(n),
+        )
+        for n in levels
+    )
+    card.tables.append(
+        Table(
+            "the server's own counters per concurrency",
+            ("concurrent streams", *(h for _, h in _SERVER_COLUMNS), "slots idle again after"),
+            rows,
+            "deltas of the server's /metrics counters over each level; busy slots from /slots "
+            "polled every 10 ms; tokens per decode above 1: requests shared a batch",
+        )
+    )
+
+
+_PAIR_HEADS = (
+    ("concurrent_sequential", "concurrent vs one at a time"),
+    ("concurrent_reference", "concurrent vs reference"),
+    ("sequential_reference", "one at a time vs reference"),
+)
+_BAD_KINDS = ("isolation", "mismatch", "length")
+
+
+def _pair_value(v: Any, strict: bool) -> Value:
+    if not isinstance(v, dict):
+        return text("—", "not compared")
+    kind = str(v.get("kind") or "?")
+    if kind == "agree":
+        return text(f"agree ({v.get('compared')})", "every token id equal", "v-PASS")
+    margin = v.get("margin")
+    words = f"{kind} at token {v.get('position')}"
+    if isinstance(margin, int | float) and not isinstance(margin, bool):
+        words += f", margin {margin:.3g}"
+    css = "v-FAIL" if kind in _BAD_KINDS and strict else "v-WARN"
+    return text(words, str(v.get("margin_detail") or ""), css)
+
+
+def _invariance(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    """Batch invariance and session isolation: per request, each pair of runs."""
+    inv = as_dict(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("invariance"))
+    reqs = [r for r in as_list(inv.get("requests")) if isinstance(r, dict)]
+    metric = _m(cell, "serve_invariance")
+    if not reqs:
+        if metric is not None:
+            card.facts.append(Part("batch invariance", _value(cell, "serve_invariance", notes)))
+        return
+    strict_ref = not inv.get("reference_check")
+    rows = []
+    for r in reqs:
+        versus = as_dict(r.get("versus"))
+        errors = as_dict(r.get("errors"))
+        cells = tuple(
+            _pair_value(versus.get(pair), pair == "concurrent_sequential" or strict_ref)
+            for pair, _ in _PAIR_HEADS
+        )
+        rows.append(
+            TableRow(
+                str(r.get("name", "?")),
+                (
+                    text(str(r.get("prompt_tokens", "?"))),
+                    text(str(r.get("max_tokens", "?"))),
+                    *cells,
+                ),
+                help="; ".join(f"{k}: {v}" for k, v in errors.items()),
+                css="v-FAIL" if errors else "",
+                data=str(r.get("name", "")),
+            )
+        )
+    card.tables.append(
+        Table(
+            "batch invariance and session isolation",
+            ("request", "prompt tokens", "max tokens", *(h for _, h in _PAIR_HEADS)),
+            tuple(rows),
+            f"greedy requests sent all at once, then one at a time, and the numpy reference; at "
+            f"a divergence the margin is the logit gap between the two tokens (server: n_probs "
+            f"top log-probabilities; reference: its logits): within {inv.get('tie_margin')} a "
+            "near-tie flip (numerics), beyond it isolation (concurrent vs one at a time) or a "
+            "mismatch (vs the reference)"
+            + (f"; reference: {inv['reference_check']}" if inv.get("reference_check") else ""),
+        )
+    )
+    card.facts.append(Part("batch invariance", _value(cell, "serve_invariance", notes)))
 
 
 def _status(cell: dict[str, Any], key: str, notes: Notes, *, want_ok: bool) -> Value:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
