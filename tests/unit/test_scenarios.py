@@ -477,3 +477,16 @@ def test_every_scenario_metric_is_schema_shaped(monkeypatch: pytest.MonkeyPatch)
         assert d["source"] in {s.value for s in Source}, name
         assert (d["value"] is None) == (d["source"] == "unavailable"), name
         json.dumps(d)
+
+
+def test_trend_leak_check_tells_a_steady_leak_from_a_one_off_step() -> None:
+    from rtmatrix.scenarios.trace import trend_leak_check
+
+    mib = 2**20
+    step = [100 * mib] + [103 * mib] * 19  # the allocator grew once: 3 MiB, then flat
+    assert trend_leak_check("l", step, mib)["ok"]
+    assert not leak_check("l", step, mib)["ok"]  # the endpoint pair would call it a leak
+    steady = [100 * mib + i * 200 * 1024 for i in range(20)]  # 200 KiB per cycle
+    bad = trend_leak_check("l", steady, mib)
+    assert not bad["ok"] and "trend over 20 cycles" in bad["detail"]
+    assert trend_leak_check("l", [1.0, 2.0], mib)["ok"]  # 2 cycles: the endpoint comparison

@@ -184,6 +184,7 @@ def observe(
     with SlotWatcher(driver, port, origin) as watch:
         result = work()
         idle_s = wait_idle(driver, port, IDLE_TIMEOUT_S)
+    watch.sample()  # the watcher stopped: one last look, so the release is in its transitions
     after = scrape(driver, port)
     rec = {
         "idle_after_s": idle_s,
