@@ -187,8 +187,10 @@ def abort_prefill(port: int, prompt: Sequence[int], delay_s: float | None) -> di
     if delay_s is not None and not aborted:
         out["why"] = (
             f"llama-server finished the {len(prompt)}-token prefill and sampled {predicted:.0f} "
-            f"token(s) (its /metrics counters) before it acted on the disconnect: it notices a "
-            "client that went away when it next sends to it"
+            f"token(s) (its /metrics counters) before it acted on the disconnect: while it "
+            "waits for a request's first result its HTTP thread looks at the connection once "
+            "per polling interval (HTTP_POLLING_SECONDS = 1 s in this source), otherwise when "
+            "it next sends, and the cancel then takes effect between batches"
         )
     return out
 
