@@ -187,10 +187,8 @@ def abort_prefill(port: int, prompt: Sequence[int], delay_s: float | None) -> di
     if delay_s is not None and not aborted:
         out["why"] = (
             f"llama-server finished the {len(prompt)}-token prefill and sampled {predicted:.0f} "
-            f"token(s) (its /metrics counters) before it acted on the disconnect: while it "
-            "waits for a request's first result its HTTP thread looks at the connection once "
-            "per polling interval (HTTP_POLLING_SECONDS = 1 s in this source), otherwise when "
-            "it next sends, and the cancel then takes effect between batches"
+            f"token(s) (its /metrics counters) before it acted on the disconnect: the "
+            "request's cancel took effect only once the prefill was done"
         )
     return out
 
