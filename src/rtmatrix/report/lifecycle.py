@@ -250,7 +250,11 @@ def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
     else:
         card.note = card.note or "no cancel mode recorded a measurement"
     state_rows = []
-    for key, label in (("state_bytes", "runtime state"), ("kv_tokens", "KV tokens")):
+    for key, label in (
+        ("state_bytes", "runtime state"),
+        ("kv_tokens", "KV tokens"),
+        ("busy_slots", "busy slots"),
+    ):
         phases = [
             f"cancel_{m}_{key}_{ph}"
             for m in modes
@@ -269,9 +273,10 @@ def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
                 )
     for mode in modes:
         if any(_m(cell, f"cancel_{mode}_rss_{ph}_bytes") for ph in ("during", "after_release")):
+            whose = as_dict(_m(cell, f"cancel_{mode}_rss_after_release_bytes")).get("process")
             state_rows.append(
                 TableRow(
-                    f"worker RSS · {mode}",
+                    f"{'server' if 'own process' in str(whose) else 'worker'} RSS · {mode}",
                     tuple(
                         _value(cell, f"cancel_{mode}_rss_{ph}_bytes", notes)
                         for ph in ("during", "after_close", "after_release")
@@ -290,6 +295,21 @@ def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
     if _m(cell, "cancel_rss_before_bytes"):
         card.facts.append(
             Part("RSS before cycle 1", _value(cell, "cancel_rss_before_bytes", notes))
+        )
+    for mode in modes:
+        if _m(cell, f"cancel_{mode}_runtime_tokens_unseen"):
+            card.facts.append(
+                Part(
+                    f"tokens the runtime generated that the client never saw · {mode}",
+                    _value(cell, f"cancel_{mode}_runtime_tokens_unseen", notes),
+                )
+            )
+    if _m(cell, "cancel_prefill_released_s"):
+        card.facts.append(
+            Part(
+                "mid-prefill cancel → released",
+                _value(cell, "cancel_prefill_released_s", notes),
+            )
         )
     probe = _m(cell, "cancel_prefill_latency_s")
     v = metric_value(probe, notes, "cancel_prefill_latency_s")
