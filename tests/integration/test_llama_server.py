@@ -149,6 +149,9 @@ def test_serve_levels_have_ttft_throughput_and_the_servers_counters(run: dict[st
     assert m["serve_c8_server_busy_slots_max"]["value"] <= 4
     assert m["serve_health_status"]["value"] == 200 and m["serve_metrics_status"]["value"] == 200
     assert m["serve_disconnect_slot_free_s"]["value"] is not None
+    started = m["serve_startup_s"]
+    assert "--parallel" in started["argv"] and started["settings"]["parallel"] == 4
+    assert "llama_server_version" in started["settings"]
 
 
 def test_batch_invariance_is_recorded_against_one_at_a_time_and_the_reference(

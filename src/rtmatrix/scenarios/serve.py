@@ -352,6 +352,7 @@ def run(
     with tempfile.TemporaryDirectory(prefix="rtmatrix-serve-") as tmp:
         srv = Server(driver, Path(tmp), "server", bool(opts["serve_interrupt_requests"]))
         res["server_settings"] = srv.settings
+        res["server_argv"] = list(srv.launch.argv)
         try:
             srv.start(min(float(opts["serve_start_timeout_s"]), budget))
             res["startup_s"] = srv.startup_s
@@ -691,7 +692,16 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
     clk, osacc = Source.HARNESS_CLOCK, Source.OS_ACCOUNTING
     out: dict[str, Metric] = {}
     out["serve_startup_s"] = (
-        Metric(result["startup_s"], "s", clk, detail={"method": "spawn -> /v1/models answers"})
+        Metric(
+            result["startup_s"],
+            "s",
+            clk,
+            detail={
+                "method": "spawn -> /v1/models answers",
+                "argv": result.get("server_argv"),
+                "settings": result.get("server_settings"),
+            },
+        )
         if result.get("startup_s") is not None
         else Metric.unavailable("s", "the server never answered")
     )
