@@ -475,6 +475,23 @@ def build_tools(
     return ToolBuild(entry, version, manifest, built=True)
 
 
+def find_tools(version: str | None = None, cache_dir: Path | None = None) -> ToolBuild:
+    """The cached build for ``version`` (default: the installed binding), never building it;
+    :class:`ToolUnavailable` says how to get it (``rtmatrix run`` prepares it once per run)."""
+    version = version or installed_version()
+    root = cache_dir or tools_root()
+    entry = entry_dir(root, version, build_key(version, cmake_options()))
+    manifest = read_valid(entry)
+    if manifest is None:
+        msg = (
+            f"llama-bench/llama-server for llama-cpp-python {version} are not built in {entry}; "
+            "`rtmatrix run` builds them before the first llama.cpp cell (or: python -c "
+            "'from rtmatrix.runtimes.llama_cpp.reftool import build_tools; build_tools()')"
+        )
+        raise ToolUnavailable(msg)
+    return ToolBuild(entry, version, manifest, built=False)
+
+
 # -- llama-bench -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PhaseResult:
