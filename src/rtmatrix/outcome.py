@@ -62,11 +62,66 @@ VERDICT_RULES: dict[Expect, dict[Status, Verdict]] = {
 }
 
 
+class ErrorKind(StrEnum):
+    """Why a runtime refused a cell, classified from its exception and message (the patterns
+    live in each runtime's home, over the generic ones in :mod:`rtmatrix.errorkinds`)."""
+
+    OUT_OF_MEMORY = "out-of-memory"
+    UNSUPPORTED_OP = "unsupported-op"
+    DYNAMIC_SHAPE = "dynamic-shape"
+    BAD_FILE = "bad-file"
+    MISSING_TENSOR = "missing-tensor"
+    UNKNOWN_ARCH = "unknown-arch"
+    CONTEXT_LENGTH = "context-length"
+    #: a message no pattern recognises: visible as its own kind, never taken for an expected one
+    UNCLASSIFIED = "unclassified"
+
+    @classmethod
+    def parse(cls, value: str) -> ErrorKind:
+        try:
+            return cls(value)
+        except ValueError:
+            msg = f"unknown error kind {value!r}; valid: {', '.join(k.value for k in cls)}"
+            raise ValueError(msg) from None
+
+
 def verdict(expect: Expect, status: Status, overrides: dict[str, str] | None = None) -> Verdict:
     """Judge an outcome; ``overrides`` maps outcome names to verdict names for one fixture."""
     if overrides and str(status) in overrides:
         return Verdict(overrides[str(status)])
     return VERDICT_RULES[expect][status]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    #: why the verdict is not what the outcome alone would give (e.g. the wrong error kind)
+    reason: str | None = None
+
+
+def judge(
+    expect: Expect,
+    status: Status,
+    overrides: dict[str, str] | None = None,
+    expect_kinds: Sequence[str] = (),
+    observed_kind: str | None = None,
+    message: str = "",
+) -> Judgement:
+    """The verdict, also checking the error kind: an expected failure passes only for the
+    expected reason. A clean error of another kind is WARN, naming the kind and message."""
+    base = verdict(expect, status, overrides)
+    if overrides and str(status) in overrides:
+        return Judgement(base)
+    if expect is not Expect.ERROR or not expect_kinds or status is not Status.ERROR:
+        return Judgement(base)
+    if observed_kind in expect_kinds:
+        return Judgement(base)
+    seen = observed_kind or ErrorKind.UNCLASSIFIED
+    why = (
+        f"failed, but not for the expected reason: expected {' or '.join(expect_kinds)}, "
+        f"got {seen}: {message[:200]}"
+    )
+    return Judgement(Verdict.WARN if base is Verdict.PASS else base, why)
 
 
 class Source(StrEnum):

@@ -4,7 +4,9 @@ and the only place a model file is opened.
 ``python -m rtmatrix.worker JOB.json`` reads the job, runs warm-up and counted repetitions of the
 generation loop and writes ``result.json`` beside the job. Phases are appended to ``events.jsonl``
 as they start, so a parent whose child died knows where it died. Exit codes: 0 ok, 3 error
-recorded, 4 runtime unavailable, 2 bad job file.
+recorded, 4 runtime unavailable, 2 bad job file (unreadable, or another protocol version: the
+message names both versions). The job, result and events are the typed documents of
+:mod:`rtmatrix.protocol`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from rtmatrix.protocol import Job, PhaseEvent, ProtocolError, Repetition, WorkerResult
+
 T_ENTRY = time.monotonic()
 
 EXIT_OK, EXIT_BAD_JOB, EXIT_ERROR, EXIT_UNAVAILABLE = 0, 2, 3, 4
@@ -29,17 +33,17 @@ class Events:
     def __init__(self, path: Path) -> None:
         self._fh = path.open("a", encoding="utf-8", buffering=1)
 
-    def _write(self, event: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(event) + "\n")
+    def _write(self, event: PhaseEvent) -> None:
+        self._fh.write(event.to_json() + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
     def phase(self, name: str, **info: Any) -> None:
-        self._write({"phase": name, "t": time.monotonic(), **info})
+        self._write(PhaseEvent(t=time.monotonic(), phase=name, info=info))
 
     def mark(self, name: str, t: float) -> None:
         """A cold-start timeline mark, kept even if the process dies later."""
-        self._write({"mark": name, "t": t})
+        self._write(PhaseEvent(t=t, mark=name))
 
     def close(self) -> None:
         self._fh.close()
@@ -51,17 +55,12 @@ def _cap_address_space(cap_mb: int | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
-    tmp.replace(path)
-
-
 def _run_repetition(
     adapter: Any, prompt: list[int], n_gen: int, banned: list[int], meter: Any = None
-) -> dict[str, Any]:
+) -> tuple[Repetition, Any]:
     """One generation: prefill the prompt, then greedy-decode; every runtime call is timed.
-    ``meter`` (counted repetitions) meters the prefill (to the first token id) and the decode."""
+    ``meter`` (counted repetitions) meters the prefill (to the first token id) and the decode.
+    Returns the repetition and the first step's logits."""
     import numpy as np
 
     from rtmatrix.fixtures.model import greedy_pick
@@ -70,6 +69,7 @@ def _run_repetition(
     meter = meter or NULL_METER
 
     clock = time.perf_counter
+    t_start = time.monotonic()
     adapter.reset()
     with meter.phase("prefill"):
         t0 = clock()
@@ -96,114 +96,138 @@ def _run_repetition(
             now = clock()
             step_s.append(now - t_prev)
             t_prev = now
-    return {
-        "pp_s": t_pp - t0,
-        "pp_tokens": len(prompt),
-        "ttft_s": t_first - t0,
-        "decode_s": decode_s,
-        "step_s": step_s,
-        "tokens": tokens,
-        "counters": adapter.counters(),
-        "nonfinite_steps": nonfinite,
-        "first_logits": first_logits,
-        "first_token_monotonic": mono_first,
-        "energy": meter.take(),
-    }
+    rep = Repetition(
+        pp_s=t_pp - t0,
+        pp_tokens=len(prompt),
+        ttft_s=t_first - t0,
+        decode_s=decode_s,
+        step_s=step_s,
+        tokens=[int(t) for t in tokens],
+        counters=adapter.counters(),
+        nonfinite_steps=nonfinite,
+        first_token_monotonic=mono_first,
+        t_start=t_start,
+        t_end=time.monotonic(),
+        energy=meter.take(),
+    )
+    return rep, first_logits
 
 
-def run_job(job: dict[str, Any], job_dir: Path, events: Events) -> tuple[int, dict[str, Any]]:
+def _generate(
+    adapter: Any,
+    job: Job,
+    job_dir: Path,
+    result: WorkerResult,
+    events: Events,
+    mark: Any,
+    prompt: list[int],
+    banned: list[int],
+) -> Any:
+    """Warm-up and counted repetitions of the timed loop; returns the meter (or None)."""
     import numpy as np
 
-    from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
-    from rtmatrix.fixtures.model import make_prompt
     from rtmatrix.metrics import power
 
-    result: dict[str, Any] = {"timeline": {}, "reps": [], "warmup": []}
-
-    def mark(name: str, t: float) -> None:
-        result["timeline"][name] = t
-        events.mark(name, t)
-
-    mark("worker_start", T_ENTRY)
-    phase = "adapter"
-    adapter = None
+    p = job.params
     meter: power.PhaseMeter | None = None
     try:
-        events.phase(phase)
-        adapter = load_adapter_class(job["adapter"])()
-        adapter.configure(job.get("options", {}))
-        phase = "import"
-        events.phase(phase)
-        result["runtime_version"] = adapter.import_runtime()
+        for i in range(p.warmup + p.repetitions):
+            counted = i >= p.warmup
+            if counted and meter is None:
+                result.phase = "power"
+                events.phase("power")
+                meter = power.open_meter(job.power)
+            result.phase = "generate"
+            events.phase("generate", repetition=i, counted=counted)
+            rep, first_logits = _run_repetition(
+                adapter, prompt, p.gen_tokens, banned, meter if counted else None
+            )
+            if i == 0:
+                mark("first_token", rep.first_token_monotonic)
+            if counted and not result.reps:
+                np.save(job_dir / "first_logits.npy", first_logits)
+            (result.reps if counted else result.warmup).append(rep)
+    finally:
+        if meter is not None:
+            result.power = meter.info()
+            meter.close()
+    return meter
+
+
+def _error_kind(adapter: Any, result: WorkerResult) -> str:
+    """Classify the failure with the runtime's own patterns first, then the generic ones."""
+    from rtmatrix.errorkinds import classify_error
+
+    patterns = adapter.error_patterns if adapter is not None else ()
+    log_tail = str((result.evidence or {}).get("log_tail", ""))
+    return str(classify_error(result.error_type, result.message or "", log_tail, patterns))
+
+
+def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]:
+    from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
+    from rtmatrix.adapters.capabilities import collect_evidence
+    from rtmatrix.fixtures.model import make_prompt
+
+    result = WorkerResult()
+
+    def mark(name: str, t: float) -> None:
+        result.timeline[name] = t
+        events.mark(name, t)
+
+    def enter(name: str) -> None:
+        result.phase = name
+        events.phase(name)
+
+    mark("worker_start", T_ENTRY)
+    adapter = None
+    try:
+        enter("adapter")
+        adapter = load_adapter_class(job.adapter)()
+        adapter.configure(job.options)
+        enter("import")
+        result.runtime_version = adapter.import_runtime()
         mark("imported", time.monotonic())
-        phase = "load"
-        events.phase(phase)
-        p = job["params"]
-        params = LoadParams(n_ctx=p["n_ctx"], threads=p["threads"], options=job.get("options", {}))
-        adapter.load(Path(job["model_path"]), params)
+        enter("load")
+        p = job.params
+        params = LoadParams(n_ctx=p.n_ctx, threads=p.threads, options=job.options)
+        adapter.load(Path(job.model_path), params)
         mark("loaded", time.monotonic())
         ids = adapter.special_ids
-        result["vocab_size"] = adapter.vocab_size
-        result["special_ids"] = ids
+        result.vocab_size = adapter.vocab_size
+        result.special_ids = dict(ids)
         bos = ids.get("bos", -1)
-        prompt = make_prompt(p["prompt_tokens"], adapter.vocab_size, bos if bos >= 0 else 1)
+        prompt = make_prompt(p.prompt_tokens, adapter.vocab_size, bos if bos >= 0 else 1)
         banned = [ids["eos"]] if ids.get("eos", -1) >= 0 else []
-        scenario = job.get("scenario", "generate")
-        if scenario != "generate":
+        if job.scenario != "generate":
             from rtmatrix.scenarios import run_scenario
 
-            phase = f"scenario:{scenario}"
-            events.phase(phase)
-            result["scenario"] = run_scenario(scenario, adapter, job, prompt, banned, mark)
+            enter(f"scenario:{job.scenario}")
+            result.scenario = run_scenario(job.scenario, adapter, job, prompt, banned, mark)
         else:
-            for i in range(p["warmup"] + p["repetitions"]):
-                counted = i >= p["warmup"]
-                if counted and meter is None:
-                    phase = "power"
-                    events.phase(phase)
-                    meter = power.open_meter(job.get("power"))
-                phase = "generate"
-                events.phase(phase, repetition=i, counted=counted)
-                rep = _run_repetition(
-                    adapter, prompt, p["gen_tokens"], banned, meter if counted else None
-                )
-                if i == 0:
-                    mark("first_token", rep["first_token_monotonic"])
-                first_logits = rep.pop("first_logits")
-                if counted and not result["reps"]:
-                    np.save(job_dir / "first_logits.npy", first_logits)
-                result["reps" if counted else "warmup"].append(rep)
-        phase = "evidence"
-        events.phase(phase)
-        result["evidence"] = adapter.evidence()
-        phase = "close"
-        events.phase(phase)
+            _generate(adapter, job, job_dir, result, events, mark, prompt, banned)
+        enter("evidence")
+        result.evidence = collect_evidence(adapter)
+        enter("close")
         adapter.close()
-        result["status"] = "ok"
+        result.status = "ok"
         return EXIT_OK, result
     except KeyboardInterrupt:
         raise
     except RuntimeUnavailable as exc:
-        result |= {"status": "unavailable", "phase": phase, "message": str(exc)}
+        result.status, result.message = "unavailable", str(exc)
         return EXIT_UNAVAILABLE, result
     except Exception as exc:  # every failure becomes a recorded outcome
-        result |= {
-            "status": "error",
-            "phase": phase,
-            "error_type": type(exc).__name__,
-            "message": str(exc) or type(exc).__name__,
-            "traceback_tail": traceback.format_exc()[-4000:],
-        }
+        result.status = "error"
+        result.error_type = type(exc).__name__
+        result.message = str(exc) or type(exc).__name__
+        result.traceback_tail = traceback.format_exc()[-4000:]
         if adapter is not None:
             try:
-                result["evidence"] = adapter.evidence()
+                result.evidence = collect_evidence(adapter)
             except Exception as ev_exc:  # evidence is best effort after a failure
-                result["evidence"] = {"error": f"evidence unavailable: {ev_exc}"}
+                result.evidence = {"error": f"evidence unavailable: {ev_exc}"}
+        result.error_kind = _error_kind(adapter, result)
         return EXIT_ERROR, result
-    finally:
-        if meter is not None:
-            result["power"] = meter.info()
-            meter.close()
 
 
 def describe(target: str) -> dict[str, Any]:
@@ -229,21 +253,21 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_JOB
     job_path = Path(args[0])
     try:
-        job = json.loads(job_path.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        print(f"rtmatrix.worker: cannot read job file {job_path}: {exc}", file=sys.stderr)
+        job = Job.read(job_path)
+    except ProtocolError as exc:
+        print(f"rtmatrix.worker: bad job: {exc}", file=sys.stderr)
         return EXIT_BAD_JOB
-    if job.get("cgroup_procs"):
+    if job.cgroup_procs:
         from rtmatrix.memcap import join
 
-        join(job["cgroup_procs"])  # before anything big is allocated
-    _cap_address_space(job.get("address_space_cap_mb"))
+        join(job.cgroup_procs)  # before anything big is allocated
+    _cap_address_space(job.address_space_cap_mb)
     events = Events(job_path.parent / "events.jsonl")
     try:
         code, result = run_job(job, job_path.parent, events)
     finally:
         events.close()
-    _write_json(job_path.parent / "result.json", result)
+    result.write(job_path.parent / "result.json")
     return code
 
 

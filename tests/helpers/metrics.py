@@ -26,6 +26,8 @@ GENERATE_METRICS = frozenset(
         "cold_start_total_s",
         "peak_rss_sampled_bytes",
         "peak_rss_os_bytes",
+        "host_busy_cores",
+        "host_steal_cores",
         "pp_tps",
         "pp_tps_counter",
         "tg_tps",

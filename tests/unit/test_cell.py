@@ -1,28 +1,31 @@
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from rtmatrix.metrics import cell
+from rtmatrix.protocol import Repetition
 
 
 def rep(
     pp_s: float = 0.1,
     decode: tuple[float, ...] = (0.01, 0.01, 0.02),
     counters: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    return {
-        "pp_s": pp_s,
-        "pp_tokens": 100,
-        "ttft_s": pp_s + 0.001,
-        "decode_s": list(decode),
-        "step_s": [d + 0.001 for d in decode],
-        "tokens": [1, 2, 3, 4],
-        "counters": counters
+) -> Repetition:
+    return Repetition(
+        pp_s=pp_s,
+        pp_tokens=100,
+        ttft_s=pp_s + 0.001,
+        decode_s=list(decode),
+        step_s=[d + 0.001 for d in decode],
+        tokens=[1, 2, 3, 4],
+        counters=counters
         if counters is not None
         else {"pp_ms": 95.0, "pp_tokens": 100, "tg_ms": 38.0, "tg_tokens": 3},
-    }
+        nonfinite_steps=0,
+        first_token_monotonic=0.0,
+        t_start=0.0,
+        t_end=1.0,
+    )
 
 
 def test_throughput_from_clock_and_counters() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
-from rtmatrix.runner import Launch, classify, launch, run_matrix
+from rtmatrix.runner import run_matrix
 from tests.helpers.metrics import GENERATE_METRICS, SOURCES
 
 HELPERS = "tests.helpers.adapters"
@@ -153,64 +153,13 @@ def test_interrupted_run_keeps_finished_cells(
             raise KeyboardInterrupt
         return real(ctx, cell)
 
-    monkeypatch.setattr(runner, "run_cell", flaky)
+    monkeypatch.setattr(runner.orchestrate, "run_cell", flaky)
     m = parse_matrix(matrix_text("NumpyAdapter", "RaisingAdapter"), tmp_path / "m.toml")
     with pytest.raises(KeyboardInterrupt):
         run_matrix(m, tmp_path / "res", progress=lambda _: None, cwd=repo)
     (path,) = (tmp_path / "res").glob("*.json")
     rec = load_run(path)
     assert rec["status"] == "interrupted" and len(rec["cells"]) == 1
-
-
-def _launch(**kw: Any) -> Launch:
-    base: dict[str, Any] = {
-        "returncode": 0,
-        "signal": None,
-        "timed_out": False,
-        "wall_s": 1.0,
-        "spawned": 0.0,
-        "peak_tree_rss": 1,
-        "maxrss": 1,
-        "stdout_tail": "",
-        "stderr_tail": "",
-    }
-    return Launch(**(base | kw))
-
-
-def test_classify_order() -> None:
-    assert (
-        classify(
-            _launch(timed_out=True, returncode=-9, signal="SIGKILL"),
-            {"status": "ok"},
-            "load",
-            0,
-            None,
-        )["status"]
-        == "hang"
-    )
-    assert (
-        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 512, None)["status"]
-        == "oom-killed"
-    )
-    assert (
-        classify(_launch(returncode=-9, signal="SIGKILL"), None, "load", 0, None)["status"]
-        == "crash"
-    )
-    assert classify(_launch(returncode=1, stderr_tail="boom\n"), None, "load", 0, None)[
-        "message"
-    ].endswith("boom")
-    err = {"status": "error", "message": "std::bad_alloc", "phase": "load"}
-    clean = classify(_launch(returncode=3), err, "load", 300, None)
-    assert clean["status"] == "error" and clean["error_kind"] == "out-of-memory"
-
-
-def test_launch_samples_memory_and_reads_maxrss(tmp_path: Path) -> None:
-    job = tmp_path / "job.json"
-    job.write_text("{not json")
-    lau = launch([str(job)], tmp_path, 20, 0.01)
-    assert lau.returncode == 2 and "cannot read job file" in lau.stderr_tail
-    assert lau.maxrss and lau.maxrss > 1_000_000
-    assert not json.loads("[]")
 
 
 def test_garbage_result_and_output_flood_are_recorded(tmp_path: Path, repo: Path) -> None:
@@ -339,3 +288,73 @@ def test_os_peak_refuses_a_maxrss_inherited_from_the_parent() -> None:
     value, method = os_peak(100, 900, 300)
     assert value == 300 and "VmHWM" in method
     assert os_peak(100, 900, 0)[0] is None
+
+
+def _alive_with(mark: str) -> list[int]:
+    import psutil
+
+    out = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if any(mark in part for part in p.info["cmdline"] or []):
+            out.append(p.info["pid"])
+    return out
+
+
+def test_a_detached_child_is_killed_and_recorded(tmp_path: Path, repo: Path) -> None:
+    from tests.helpers.adapters import DetachedChildAdapter
+
+    rec = run(tmp_path, repo, matrix_text("DetachedChildAdapter"))
+    cell = rec["cells"][0]
+    assert _alive_with(DetachedChildAdapter.MARK) == []
+    leaked = cell["evidence"]["leaked_processes"]
+    assert len(leaked) == 1 and leaked[0]["killed"]
+    assert any(DetachedChildAdapter.MARK in part for part in leaked[0]["cmdline"])
+    assert cell["outcome"]["status"] == "ok" and cell["verdict"] == "WARN"
+    assert "outlived the cell" in cell["verdict_reason"]
+
+
+def test_a_well_behaved_cell_leaks_nothing(tmp_path: Path, repo: Path) -> None:
+    cell = run(tmp_path, repo, matrix_text("NumpyAdapter"))["cells"][0]
+    assert cell["evidence"]["leaked_processes"] == [] and cell["verdict"] == "PASS"
+
+
+def test_an_expected_failure_passes_only_for_the_expected_kind(tmp_path: Path, repo: Path) -> None:
+    fixtures = (
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'arch'\nexpect = 'error'\n"
+        "expect_kind = 'unknown-arch'\n"
+        "[[fixtures]]\nmodel = 'tiny'\nname = 'oom'\nexpect = 'error'\n"
+        "expect_kind = ['out-of-memory']\n"
+    )
+    rec = run(tmp_path, repo, matrix_text("RaisingAdapter", fixtures=fixtures))
+    cells = {c["fixture"]["name"]: c for c in rec["cells"]}
+    assert cells["arch"]["outcome"]["error_kind"] == "unknown-arch"
+    assert cells["arch"]["verdict"] == "PASS" and "verdict_reason" not in cells["arch"]
+    assert cells["oom"]["verdict"] == "WARN" and cells["oom"]["expect_kind"] == ["out-of-memory"]
+    assert "not for the expected reason" in cells["oom"]["verdict_reason"]
+    assert "unknown-arch" in cells["oom"]["verdict_reason"]
+
+
+def test_a_cpu_hog_beside_the_cell_marks_it_contended(tmp_path: Path, repo: Path) -> None:
+    import subprocess
+    import sys
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        rec = run(
+            tmp_path,
+            repo,
+            matrix_text(
+                "NumpyAdapter",
+                run="timeout_s = 60",
+                fixtures="[[fixtures]]\nmodel = 'tiny'\nrun = { repetitions = 8 }\n",
+            ),
+        )
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    cell = rec["cells"][0]
+    busy = cell["metrics"]["host_busy_cores"]
+    assert busy["source"] == "os-accounting" and busy["value"] > 0.25
+    assert cell["contended"] is True and busy["contended"] is True
+    assert any("CONTENDED" in line for line in rec["_progress"])

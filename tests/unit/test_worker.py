@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from rtmatrix.protocol import Job, JobParams, WorkerResult, read_events
 from rtmatrix.worker import describe, main
 
 
@@ -36,18 +37,13 @@ def test_bad_usage_and_bad_job(tmp_path: Path) -> None:
 
 def test_error_result_is_written(tmp_path: Path) -> None:
     job = tmp_path / "job.json"
-    job.write_text(
-        json.dumps(
-            {
-                "adapter": "tests.helpers.adapters:RaisingAdapter",
-                "model_path": "x.gguf",
-                "params": {},
-            }
-        )
+    params = JobParams(n_ctx=64, threads=1, prompt_tokens=4, gen_tokens=2, repetitions=1, warmup=0)
+    Job(adapter="tests.helpers.adapters:RaisingAdapter", model_path="x.gguf", params=params).write(
+        job
     )
     assert main([str(job)]) == 3
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["status"] == "error" and result["phase"] == "load"
-    events = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
-    phases = [e["phase"] for e in events if "phase" in e]
-    assert phases == ["adapter", "import", "load"]
+    result = WorkerResult.parse(json.loads((tmp_path / "result.json").read_text()), "result")
+    assert result.status == "error" and result.phase == "load"
+    assert result.error_kind  # always classified, "unclassified" at worst
+    events = read_events(tmp_path / "events.jsonl")
+    assert [e.phase for e in events if e.phase] == ["adapter", "import", "load"]

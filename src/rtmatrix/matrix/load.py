@@ -17,7 +17,8 @@ from rtmatrix.fixtures import all_dtypes
 from rtmatrix.fixtures.spec import builtin_specs
 from rtmatrix.fixtures.variants import VARIANTS
 from rtmatrix.metrics.power import PowerConfigError, normalize_config
-from rtmatrix.outcome import Expect, Status, Verdict
+from rtmatrix.names import Scenario
+from rtmatrix.outcome import ErrorKind, Expect, Status, Verdict
 
 RUN_DEFAULTS: dict[str, Any] = {
     "repetitions": 5,
@@ -26,6 +27,10 @@ RUN_DEFAULTS: dict[str, Any] = {
     "address_space_cap_mb": 0,
     "memory_cgroup_mb": 0,
     "sample_interval_s": 0.02,
+    # CPU used on the host outside the cell's processes (cores) above which a cell is contended
+    "contention_threshold_cores": 0.25,
+    # rerun a contended cell up to this many times (the last attempt is recorded)
+    "contended_retries": 0,
 }
 PARAM_DEFAULTS: dict[str, Any] = {
     "threads": 2,
@@ -35,7 +40,15 @@ PARAM_DEFAULTS: dict[str, Any] = {
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
 TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power", "gate")
-RUNTIME_KEYS = ("name", "adapter", "options", "expect", "verdicts", "skip_variants")
+RUNTIME_KEYS = (
+    "name",
+    "adapter",
+    "options",
+    "expect",
+    "expect_kind",
+    "verdicts",
+    "skip_variants",
+)
 FIXTURE_KEYS = (
     "model",
     "dtypes",
@@ -43,14 +56,13 @@ FIXTURE_KEYS = (
     "path",
     "variant",
     "expect",
+    "expect_kind",
     "params",
     "run",
     "verdicts",
     "options",
     "scenario",
 )
-# what a cell does with the loaded model: the plain timed generation, or a lifecycle scenario
-SCENARIOS = ("generate", "stream", "cancel", "serve")
 
 
 class MatrixError(ValueError):
@@ -66,6 +78,7 @@ class RuntimeEntry:
     verdicts: dict[str, str] = field(default_factory=dict)
     # variants that do not apply to this row (e.g. a JIT row never opens the compiled file)
     skip_variants: tuple[str, ...] = ()
+    expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,8 @@ class FixtureEntry:
     run: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # merged over the runtime's options
-    scenario: str = "generate"
+    scenario: str = Scenario.GENERATE.value
+    expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
 
     @property
     def label(self) -> str:
@@ -99,6 +113,7 @@ class Cell:
     options: dict[str, Any] = field(default_factory=dict)
     expect: Expect = Expect.OK
     verdicts: dict[str, str] = field(default_factory=dict)
+    expect_kinds: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -137,9 +152,10 @@ class Matrix:
                 for combo in _combos(self.params | fx.params):
                     options = rt.options | fx.options
                     expect = rt.expect or fx.expect
+                    kinds = rt.expect_kinds if rt.expect else fx.expect_kinds
                     verdicts = fx.verdicts | rt.verdicts
                     cells.append(
-                        Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts)
+                        Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts, kinds)
                     )
         return cells
 
@@ -179,7 +195,7 @@ def _run_table(
     for key in ("repetitions",):
         if key in run:
             _positive_int(ctx, f"{where}.{key}", run[key])
-    for key in ("warmup", "address_space_cap_mb", "memory_cgroup_mb"):
+    for key in ("warmup", "address_space_cap_mb", "memory_cgroup_mb", "contended_retries"):
         if key in run:
             _positive_int(ctx, f"{where}.{key}", run[key], allow_zero=True)
     for key in ("timeout_s", "sample_interval_s"):
@@ -189,6 +205,13 @@ def _run_table(
         if isinstance(val, bool) or not isinstance(val, int | float) or val <= 0:
             raise ctx.fail(f"{where}.{key}", f"expected a positive number of seconds, got {val!r}")
         run[key] = float(val)
+    if "contention_threshold_cores" in run:
+        val = run["contention_threshold_cores"]
+        if isinstance(val, bool) or not isinstance(val, int | float) or val < 0:
+            raise ctx.fail(
+                f"{where}.contention_threshold_cores", f"expected cores >= 0, got {val!r}"
+            )
+        run["contention_threshold_cores"] = float(val)
     return run
 
 
@@ -230,18 +253,38 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
         options = ctx.table(entry.get("options", {}), f"{where}.options")
         expect, verdicts = _expectations(ctx, where, entry, None)
         rt_expect = expect if "expect" in entry else None
+        kinds = _expect_kinds(ctx, where, entry, expect)
         skip = entry.get("skip_variants", [])
         bad = [v for v in skip if v not in VARIANTS] if isinstance(skip, list) else [skip]
         if bad:
             raise ctx.fail(
                 f"{where}.skip_variants", f"unknown variant(s) {bad}; valid: {', '.join(VARIANTS)}"
             )
-        out.append(RuntimeEntry(entry["name"], target, options, rt_expect, verdicts, tuple(skip)))
+        out.append(
+            RuntimeEntry(entry["name"], target, options, rt_expect, verdicts, tuple(skip), kinds)
+        )
     names = [r.name for r in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ctx.fail("runtimes", f"runtime name(s) listed twice: {', '.join(dupes)}")
     return out
+
+
+def _expect_kinds(ctx: _Ctx, where: str, entry: dict[str, Any], expect: str) -> tuple[str, ...]:
+    """``expect_kind = "bad-file"`` or a list: the error kinds an expected failure may have."""
+    raw = entry.get("expect_kind", [])
+    kinds = [raw] if isinstance(raw, str) else raw
+    valid = ", ".join(k.value for k in ErrorKind)
+    if not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds):
+        raise ctx.fail(
+            f"{where}.expect_kind", f"expected a kind or a list of kinds; valid: {valid}"
+        )
+    bad = [k for k in kinds if k not in {e.value for e in ErrorKind}]
+    if bad:
+        raise ctx.fail(f"{where}.expect_kind", f"unknown error kind(s) {bad}; valid: {valid}")
+    if kinds and expect != Expect.ERROR:
+        raise ctx.fail(f"{where}.expect_kind", 'an error kind needs expect = "error"')
+    return tuple(kinds)
 
 
 def _expectations(
@@ -281,6 +324,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     extra: dict[str, Any] = {
         "variant": variant,
         "expect": expect,
+        "expect_kinds": _expect_kinds(ctx, where, entry, expect),
         "verdicts": verdicts,
         "params": _params_table(
             ctx,
@@ -292,12 +336,12 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             ctx, ctx.table(entry.get("run", {}), f"{where}.run"), f"{where}.run", defaults={}
         ),
         "options": ctx.table(entry.get("options", {}), f"{where}.options"),
-        "scenario": entry.get("scenario", "generate"),
+        "scenario": entry.get("scenario", Scenario.GENERATE.value),
     }
-    if extra["scenario"] not in SCENARIOS:
+    if extra["scenario"] not in tuple(Scenario):
         raise ctx.fail(
             f"{where}.scenario",
-            f"unknown scenario {extra['scenario']!r}; valid: {', '.join(SCENARIOS)}",
+            f"unknown scenario {extra['scenario']!r}; valid: {', '.join(Scenario)}",
         )
     if "path" in entry:
         name = entry.get("name")

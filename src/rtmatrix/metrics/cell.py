@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from rtmatrix.outcome import Metric, Source, percentile
+from rtmatrix.protocol import Repetition, WorkerResult
 
 
 def _ratio(num: float, den: float) -> float | None:
     return num / den if den > 0 else None
 
 
-def throughput(reps: list[dict[str, Any]]) -> dict[str, Metric]:
+def throughput(reps: Sequence[Repetition]) -> dict[str, Metric]:
     """PP and TG tokens/s from the harness clock and from the runtime's own counters."""
     out: dict[str, Metric] = {}
     if not reps:
@@ -19,11 +20,11 @@ def throughput(reps: list[dict[str, Any]]) -> dict[str, Metric]:
         for key in ("pp_tps", "pp_tps_counter", "tg_tps", "tg_tps_counter"):
             out[key] = Metric.unavailable("tokens/s", reason)
         return out
-    pp = [r["pp_tokens"] / r["pp_s"] for r in reps if r["pp_s"] > 0]
+    pp = [r.pp_tokens / r.pp_s for r in reps if r.pp_s > 0]
     out["pp_tps"] = Metric.measured(
         pp, "tokens/s", Source.HARNESS_CLOCK, method="prompt tokens / time of the prefill call"
     )
-    tg = [v for r in reps if (v := _ratio(len(r["decode_s"]), sum(r["decode_s"]))) is not None]
+    tg = [v for r in reps if (v := _ratio(len(r.decode_s), sum(r.decode_s))) is not None]
     out["tg_tps"] = (
         Metric.measured(
             tg,
@@ -38,12 +39,12 @@ def throughput(reps: list[dict[str, Any]]) -> dict[str, Metric]:
         vals = [
             v
             for r in reps
-            if (c := r.get("counters") or {}).get(f"{phase}_tokens")
+            if (c := r.counters or {}).get(f"{phase}_tokens")
             and (v := _ratio(c[f"{phase}_tokens"], c.get(f"{phase}_ms", 0.0) / 1e3))
         ]
         out[f"{phase}_tps_counter"] = (
             Metric.measured(
-                vals, "tokens/s", Source.RUNTIME_COUNTER, counters=[r.get("counters") for r in reps]
+                vals, "tokens/s", Source.RUNTIME_COUNTER, counters=[r.counters for r in reps]
             )
             if vals
             else Metric.unavailable(
@@ -53,25 +54,25 @@ def throughput(reps: list[dict[str, Any]]) -> dict[str, Metric]:
     return out
 
 
-def latency(reps: list[dict[str, Any]]) -> dict[str, Metric]:
+def latency(reps: Sequence[Repetition]) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     if not reps:
         for key in ("ttft_s", "tpot_s", "token_latency_p50_s", "token_latency_p90_s"):
             out[key] = Metric.unavailable("s", "no counted repetition finished")
         return out
     out["ttft_s"] = Metric.measured(
-        [r["ttft_s"] for r in reps],
+        [r.ttft_s for r in reps],
         "s",
         Source.HARNESS_CLOCK,
         method="prefill start -> first token id, warm",
     )
-    steps = [s for r in reps for s in r["step_s"]]
+    steps = [s for r in reps for s in r.step_s]
     if not steps:
         reason = "fewer than 2 generated tokens: no inter-token interval"
         for key in ("tpot_s", "token_latency_p50_s", "token_latency_p90_s"):
             out[key] = Metric.unavailable("s", reason)
         return out
-    tpot = [sum(r["step_s"]) / len(r["step_s"]) for r in reps if r["step_s"]]
+    tpot = [sum(r.step_s) / len(r.step_s) for r in reps if r.step_s]
     out["tpot_s"] = Metric.measured(
         tpot, "s", Source.HARNESS_CLOCK, method="mean time per output token after the first"
     )
@@ -135,9 +136,10 @@ def memory(
     return out
 
 
-def power(result: dict[str, Any] | None) -> dict[str, Metric]:
+def power(result: WorkerResult | None) -> dict[str, Metric]:
     """Energy of prefill and decode, power, energy per token, from the worker's meter."""
     from rtmatrix.metrics.power import power_metrics
 
-    r = result or {}
-    return power_metrics(r.get("power"), r.get("reps") or [])
+    if result is None:
+        return power_metrics(None, [])
+    return power_metrics(result.power, [r.to_dict() for r in result.reps])

@@ -1,0 +1,280 @@
+"""The typed, versioned contract between the runner (parent) and a worker (child).
+
+The parent writes a :class:`Job` to ``job.json``; the worker appends :class:`PhaseEvent` lines to
+``events.jsonl`` as it goes and writes a :class:`WorkerResult` (with its :class:`Repetition` list)
+to ``result.json``. Every document carries ``protocol``: a worker refuses a job of another
+protocol version, and the parent refuses a result of another version, each with a message that
+names both versions and the fix — a job written by one rtmatrix and read by another either works
+or is refused, never misread. A missing or unknown key is refused the same way, naming the key.
+
+Bump :data:`PROTOCOL_VERSION` when a field is added, removed, renamed or changes meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, ClassVar, Self
+
+#: version of the job/result/event documents; both sides must agree exactly
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(ValueError):
+    """A document that does not match this rtmatrix's protocol (version, key or type)."""
+
+
+def _fix(theirs: object) -> str:
+    return (
+        f"run the worker with the same rtmatrix release as the runner (this one speaks protocol "
+        f"{PROTOCOL_VERSION}; the document says {theirs}): reinstall rtmatrix in the worker's "
+        "environment from the runner's checkout (pip install -e <checkout>)"
+    )
+
+
+def check_version(data: dict[str, Any], what: str) -> None:
+    theirs = data.get("protocol")
+    if theirs != PROTOCOL_VERSION:
+        msg = (
+            f"{what} has protocol version {theirs!r}, this rtmatrix speaks "
+            f"{PROTOCOL_VERSION}; fix: {_fix(theirs)}"
+        )
+        raise ProtocolError(msg)
+
+
+def _is_optional(tp: object) -> bool:
+    args = typing.get_args(tp)
+    return type(None) in args and (
+        typing.get_origin(tp) in (typing.Union, types.UnionType) or bool(args)
+    )
+
+
+def _check_type(what: str, key: str, value: object, tp: object) -> None:
+    """A shallow type check of one field: the top-level JSON shape must match."""
+    if value is None:
+        if _is_optional(tp):
+            return
+        msg = f"{what}: key {key!r} is null but required"
+        raise ProtocolError(msg)
+    origin = typing.get_origin(tp) or tp
+    if origin in (typing.Union, types.UnionType):
+        options = [typing.get_origin(a) or a for a in typing.get_args(tp) if a is not type(None)]
+    else:
+        options = [origin]
+    py = {
+        float: (int, float),
+        int: (int,),
+        str: (str,),
+        bool: (bool,),
+        list: (list,),
+        dict: (dict,),
+    }
+    accepted: list[type] = []
+    for opt in options:
+        if isinstance(opt, type) and issubclass(opt, StrEnum):
+            accepted.append(str)
+        elif isinstance(opt, type) and opt in py:
+            accepted.extend(py[opt])
+        else:
+            return  # Any, nested dataclass lists etc.: checked by their own from_dict
+    if not isinstance(value, tuple(accepted)) or (isinstance(value, bool) and bool not in options):
+        msg = f"{what}: key {key!r} has {type(value).__name__} {value!r:.60}, expected {tp}"
+        raise ProtocolError(msg)
+
+
+class _Doc:
+    """to_dict/from_dict for a flat dataclass of JSON values (nested docs via ``_nested``)."""
+
+    _nested: ClassVar[dict[str, type[_Doc]]] = {}
+    _what: ClassVar[str] = "document"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+
+    @classmethod
+    def from_dict(cls, data: object, where: str | None = None) -> Self:
+        what = where or cls._what
+        if not isinstance(data, dict):
+            msg = f"{what}: expected a JSON object, got {type(data).__name__}"
+            raise ProtocolError(msg)
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            keys = ", ".join(map(repr, unknown))
+            msg = f"{what}: unknown key(s) {keys}; {_fix(data.get('protocol'))}"
+            raise ProtocolError(msg)
+        kwargs: dict[str, Any] = {}
+        for name, f in fields.items():
+            if name not in data:
+                no_default = (
+                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                )
+                if no_default:
+                    msg = f"{what}: missing key {name!r}"
+                    raise ProtocolError(msg)
+                continue
+            value = data[name]
+            if name in cls._nested and value is not None:
+                sub = cls._nested[name]
+                if isinstance(value, list):
+                    value = [sub.from_dict(v, f"{what}.{name}[{i}]") for i, v in enumerate(value)]
+                else:
+                    value = sub.from_dict(value, f"{what}.{name}")
+            else:
+                _check_type(what, name, value, hints[name])
+            kwargs[name] = value
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class JobParams(_Doc):
+    """The cell's parameters as the worker needs them."""
+
+    _what: ClassVar[str] = "job.params"
+
+    n_ctx: int
+    threads: int
+    prompt_tokens: int
+    gen_tokens: int
+    repetitions: int
+    warmup: int
+
+
+@dataclass(frozen=True)
+class Job(_Doc):
+    """What one worker process runs: one cell."""
+
+    _nested: ClassVar[dict[str, type[_Doc]]] = {"params": JobParams}
+    _what: ClassVar[str] = "job"
+
+    adapter: str
+    model_path: str
+    params: JobParams
+    scenario: str = "generate"
+    options: dict[str, Any] = field(default_factory=dict)
+    power: dict[str, Any] = field(default_factory=dict)
+    address_space_cap_mb: int | None = None
+    cgroup_procs: str | None = None
+    timeout_s: float = 600.0
+    protocol: int = PROTOCOL_VERSION
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict()), "utf-8")
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        """Read and check a job file; :class:`ProtocolError` names the file and the problem."""
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            msg = f"cannot read job file {path}: {exc}"
+            raise ProtocolError(msg) from exc
+        if not isinstance(data, dict):
+            msg = f"job file {path}: expected a JSON object"
+            raise ProtocolError(msg)
+        check_version(data, f"job file {path}")
+        return cls.from_dict(data, f"job file {path}")
+
+
+@dataclass(frozen=True)
+class Repetition(_Doc):
+    """One timed generation: prefill, first token, then single-token decode calls."""
+
+    _what: ClassVar[str] = "result.reps[]"
+
+    pp_s: float
+    pp_tokens: int
+    ttft_s: float
+    decode_s: list[float]
+    step_s: list[float]
+    tokens: list[int]
+    counters: dict[str, float]
+    nonfinite_steps: int
+    first_token_monotonic: float
+    #: monotonic start and end of the repetition (the window contention is measured over)
+    t_start: float
+    t_end: float
+    energy: dict[str, Any] | None = None
+
+
+class WorkerStatus(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass
+class WorkerResult(_Doc):
+    """What the worker reports about its cell (``result.json``)."""
+
+    _nested: ClassVar[dict[str, type[_Doc]]] = {"reps": Repetition, "warmup": Repetition}
+    _what: ClassVar[str] = "result"
+
+    status: str = WorkerStatus.ERROR.value
+    phase: str | None = None
+    message: str | None = None
+    error_type: str | None = None
+    #: the failure's kind (rtmatrix.outcome.ErrorKind), classified in the worker
+    error_kind: str | None = None
+    traceback_tail: str | None = None
+    runtime_version: str | None = None
+    vocab_size: int | None = None
+    special_ids: dict[str, int] = field(default_factory=dict)
+    timeline: dict[str, float] = field(default_factory=dict)
+    reps: list[Repetition] = field(default_factory=list)
+    warmup: list[Repetition] = field(default_factory=list)
+    #: the adapter's debug/placement evidence (free-form, runtime-specific)
+    evidence: dict[str, Any] | None = None
+    #: a lifecycle scenario's result (see rtmatrix.scenarios)
+    scenario: dict[str, Any] | None = None
+    power: dict[str, Any] | None = None
+    protocol: int = PROTOCOL_VERSION
+
+    def write(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict()), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def parse(cls, data: object, where: str) -> WorkerResult:
+        if not isinstance(data, dict):
+            msg = f"{where}: expected a JSON object"
+            raise ProtocolError(msg)
+        check_version(data, where)
+        return cls.from_dict(data, where)
+
+
+@dataclass(frozen=True)
+class PhaseEvent(_Doc):
+    """One line of ``events.jsonl``: a phase the worker entered, or a cold-start mark."""
+
+    _what: ClassVar[str] = "event"
+
+    t: float
+    phase: str | None = None
+    mark: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps({k: v for k, v in self.to_dict().items() if v not in (None, {})})
+
+
+def read_events(path: Path) -> list[PhaseEvent]:
+    """The events a worker wrote, skipping a last line cut short by a crash."""
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(PhaseEvent.from_dict(json.loads(line)))
+        except (ValueError, ProtocolError):
+            continue
+    return out

@@ -1,0 +1,276 @@
+"""The orchestrating loop: plan the cells, then for each one prepare its fixture, run its worker
+under supervision, classify and record it, and save the run before the next cell starts."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rtmatrix import memcap
+from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
+from rtmatrix.fixtures.spec import ExporterUnavailable
+from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.outcome import Status
+from rtmatrix.protocol import Job, JobParams
+from rtmatrix.results import load_run, save_run
+from rtmatrix.runner import process
+from rtmatrix.runner.classify import CellOutcome, classify, not_run
+from rtmatrix.runner.record import (
+    Finished,
+    base_record,
+    cell_record,
+    new_record,
+    progress_line,
+    sha256_of,
+)
+
+Progress = Callable[[str], None]
+
+
+def _stderr_progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunContext:
+    matrix: Matrix
+    record: dict[str, Any]
+    describe: dict[str, dict[str, Any]]
+    cwd: Path | None = None
+    #: the interpreter that runs workers (another environment's, for comparisons)
+    python: str | None = None
+
+
+def make_job(ctx: RunContext, cell: Cell, fx: PreparedFixture, cgroup: Any) -> Job:
+    run, p = cell.run, cell.params
+    return Job(
+        adapter=cell.adapter,
+        model_path=str(fx.path),
+        params=JobParams(
+            n_ctx=int(p["n_ctx"]),
+            threads=int(p["threads"]),
+            prompt_tokens=int(p["prompt_tokens"]),
+            gen_tokens=int(p["gen_tokens"]),
+            repetitions=int(run["repetitions"]),
+            warmup=int(run["warmup"]),
+        ),
+        scenario=cell.fixture.scenario,
+        options=dict(cell.options),
+        power=dict(ctx.matrix.power),
+        address_space_cap_mb=run["address_space_cap_mb"] or None,
+        cgroup_procs=str(cgroup.procs) if cgroup else None,
+        timeout_s=float(run["timeout_s"]),
+    )
+
+
+def _prepare(cell: Cell, container: str) -> PreparedFixture | CellOutcome:
+    try:
+        return prepare_fixture(
+            cell.fixture.name,
+            cell.fixture.model,
+            cell.fixture.dtype,
+            cell.fixture.path,
+            container,
+            cell.fixture.variant,
+        )
+    except ExporterUnavailable as exc:
+        return not_run(Status.UNAVAILABLE, "fixture", str(exc))
+    except (FixtureError, ValueError, OSError) as exc:
+        return not_run(Status.ERROR, "fixture", str(exc))
+
+
+def _cgroup_evidence(cgroup: memcap.MemoryCgroup) -> dict[str, Any]:
+    return {
+        "version": cgroup.version,
+        "path": str(cgroup.path),
+        "limit_bytes": cgroup.limit_bytes,
+        "oom_kills": cgroup.oom_kills(),
+        "peak_bytes": cgroup.peak_bytes(),
+    }
+
+
+def _supervise(
+    ctx: RunContext,
+    cell: Cell,
+    fx: PreparedFixture,
+    job_dir: Path,
+    cgroup: memcap.MemoryCgroup | None,
+) -> Finished:
+    """Write the job, run the worker under supervision, classify how it ended."""
+    run = cell.run
+    make_job(ctx, cell, fx, cgroup).write(job_dir / "job.json")
+    kills_before = (cgroup.oom_kills() or 0) if cgroup else 0
+    lau = process.launch(
+        [str(job_dir / "job.json")],
+        job_dir,
+        run["timeout_s"],
+        run["sample_interval_s"],
+        ctx.cwd,
+        python=ctx.python,
+        cgroup=cgroup,
+    )
+    read = process.read_result(job_dir)
+    phase, marks = process.last_phase(job_dir)
+    cg_oom = bool(cgroup and (cgroup.oom_kills() or 0) > kills_before)
+    extra = ctx.describe[cell.runtime].get("extra")
+    outcome = classify(
+        lau, read.result, phase, run["address_space_cap_mb"], extra, cg_oom, read.problem
+    )
+    ok = read.result if read.result and read.result.status == "ok" else None
+    evidence = {"memory_cgroup": _cgroup_evidence(cgroup)} if cgroup else {}
+    return Finished(
+        cell=cell,
+        outcome=outcome,
+        fixture=fx,
+        launch=lau,
+        result=read.result,
+        job_dir=job_dir,
+        timeline=(ok.timeline if ok else None) or marks,
+        evidence=evidence,
+    )
+
+
+def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
+    """One cell, start to record: describe -> fixture -> cgroup -> worker -> record."""
+    info = ctx.describe[cell.runtime]
+    base = base_record(cell, info.get("container"))
+    dist = info.get("distribution")
+    if "error" in info:
+        fin = Finished(cell, not_run(Status.ERROR, "adapter", info["error"]))
+        return cell_record(fin, base, dist)
+    fx = _prepare(cell, str(info["container"]))
+    if isinstance(fx, CellOutcome):
+        return cell_record(Finished(cell, fx), base, dist)
+    cgroup = None
+    if cell.run["memory_cgroup_mb"]:
+        try:
+            name = f"rtmatrix-{os.getpid()}-{len(ctx.record['cells'])}"
+            cgroup = memcap.create(cell.run["memory_cgroup_mb"] * 2**20, name)
+        except memcap.CgroupUnavailable as exc:
+            outcome = not_run(Status.UNAVAILABLE, "memory-cgroup", str(exc))
+            return cell_record(Finished(cell, outcome, fx), base, dist)
+    try:
+        return _attempts(ctx, cell, fx, cgroup, base, dist)
+    finally:
+        if cgroup:
+            cgroup.remove()
+
+
+def _attempts(
+    ctx: RunContext,
+    cell: Cell,
+    fx: PreparedFixture,
+    cgroup: memcap.MemoryCgroup | None,
+    base: dict[str, Any],
+    dist: str | None,
+) -> dict[str, Any]:
+    """Run the worker; rerun a contended cell up to ``contended_retries`` times (the last
+    attempt is recorded, with how many were made and how busy the host was on each)."""
+    retries = int(cell.run.get("contended_retries", 0))
+    busy: list[float | None] = []
+    while True:
+        with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
+            rec = cell_record(_supervise(ctx, cell, fx, Path(tmp), cgroup), base, dist)
+        busy.append(rec["metrics"]["host_busy_cores"]["value"])
+        if not rec["contended"] or len(busy) > retries:
+            break
+    if len(busy) > 1:
+        rec["attempts"] = {"n": len(busy), "host_busy_cores": busy}
+    return rec
+
+
+def plan_cells(
+    matrix: Matrix, describe: dict[str, dict[str, Any]], only: Callable[[Cell], bool] | None = None
+) -> tuple[list[Cell], list[dict[str, str]]]:
+    """The cells to run, and the combinations a runtime's format cannot express (skipped)."""
+    cells, skipped = [], []
+    skip = {rt.name: rt.skip_variants for rt in matrix.runtimes}
+    for cell in matrix.cells():
+        if only is not None and not only(cell):
+            continue
+        container = describe[cell.runtime].get("container")
+        why = None
+        if container and cell.fixture.path is None:
+            why = unsupported(str(container), cell.fixture.dtype, cell.fixture.variant)
+        if cell.fixture.variant in skip.get(cell.runtime, ()):
+            why = f"the {cell.runtime} row declares variant {cell.fixture.variant!r} not applicable"
+        if why:
+            skipped.append({"key": cell.key, "reason": why})
+        else:
+            cells.append(cell)
+    return cells, skipped
+
+
+def _start(
+    matrix: Matrix,
+    results_dir: Path,
+    describe: dict[str, dict[str, Any]],
+    cells: list[Cell],
+    resume: Path | None,
+    progress: Progress,
+) -> tuple[dict[str, Any], Path, list[Cell]]:
+    """A new run record, or the resumed one; and the cells still to run."""
+    if resume is None:
+        record = new_record(matrix, describe)
+        path = results_dir / f"{record['run_id']}.json"
+        progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
+        return record, path, cells
+    record = load_run(resume)
+    if record["matrix"]["sha256"] != sha256_of(matrix.path):
+        progress(f"rtmatrix: note: {matrix.path} changed since {resume} was started")
+    done = {c["key"] for c in record["cells"]}
+    todo = [c for c in cells if c.key not in done]
+    progress(f"rtmatrix: resuming {resume}: {len(done)} cell(s) kept, {len(todo)} to run")
+    record["status"] = "running"
+    return record, resume, todo
+
+
+def _end(record: dict[str, Any], path: Path, status: str) -> None:
+    record["status"] = status
+    record["finished_utc"] = datetime.now(UTC).isoformat()
+    save_run(record, path, skip_cells=len(record["cells"]))
+
+
+def run_matrix(
+    matrix: Matrix,
+    results_dir: Path,
+    progress: Progress = _stderr_progress,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+    resume: Path | None = None,
+) -> Path:
+    """Run every cell, saving the record after each one; returns the result file's path.
+    With ``resume``, continue that run: only the cells it does not hold yet are run."""
+    describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
+    cells, skipped = plan_cells(matrix, describe, only)
+    record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
+    record["skipped"] = skipped
+    record["matrix"]["n_cells"] = len(cells)
+    for s in skipped:
+        progress(f"rtmatrix: skipped {s['key']}: {s['reason']}")
+    save_run(record, path, skip_cells=len(record["cells"]))
+    ctx = RunContext(matrix, record, describe, cwd)
+    n0 = len(record["cells"])
+    try:
+        for i, cell in enumerate(todo, n0 + 1):
+            label = f"{cell.runtime} x {cell.fixture.label} {cell.key.rsplit('|', 1)[-1]}"
+            progress(f"[{i}/{len(cells)}] {label} ...")
+            rec = run_cell(ctx, cell)
+            record["cells"].append(rec)
+            save_run(record, path, skip_cells=len(record["cells"]) - 1)
+            progress(progress_line(i, len(cells), cell, rec))
+    except KeyboardInterrupt:
+        _end(record, path, "interrupted")
+        progress(
+            f"rtmatrix: interrupted; {len(record['cells'])} finished cell(s) kept in {path}"
+            f"; finish with: rtmatrix run {matrix.path} --resume {path}"
+        )
+        raise
+    _end(record, path, "complete")
+    return path

@@ -1,0 +1,265 @@
+"""Process supervision: spawn a worker in its own process group, sample its tree, enforce the
+deadline, reap it with ``wait4`` for the OS's own peak RSS, and read what it left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from rtmatrix import memcap, proctrack
+from rtmatrix.metrics.contention import HostCpuSampler
+from rtmatrix.protocol import ProtocolError, WorkerResult, read_events
+
+TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the worker process ended, as the parent saw it."""
+
+    returncode: int
+    signal: str | None
+    timed_out: bool
+    wall_s: float
+    spawned: float
+    peak_tree_rss: int | None
+    maxrss: int | None
+    stdout_tail: str
+    stderr_tail: str
+    maxrss_method: str = "ru_maxrss of the reaped worker (wait4)"
+    pid: int = 0
+    #: processes of the cell still alive after the worker ended (found and killed)
+    leaked: tuple[proctrack.LeakedProcess, ...] = ()
+    #: how the cell's processes were tracked (cgroup or descendants + environment marker)
+    tracking: dict[str, Any] = field(default_factory=dict)
+    #: system-wide vs the cell's own CPU, sampled while the worker ran
+    cpu: HostCpuSampler | None = None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run and how to watch it."""
+
+    args: list[str]
+    job_dir: Path
+    timeout_s: float
+    interval_s: float
+    cwd: Path | None = None
+    #: the Python interpreter that runs the worker (another environment's, for comparisons)
+    python: str = field(default_factory=lambda: sys.executable)
+
+
+def _tree_rss(tree: list[psutil.Process]) -> int:
+    total = 0
+    for p in tree:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def _vm_hwm(pid: int) -> int:
+    """The kernel's peak-RSS mark of a live process (VmHWM), 0 if unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def os_peak(ru_maxrss: int | None, parent_peak: int, hwm: int) -> tuple[int | None, str]:
+    """The worker's peak RSS as the OS accounts it.
+
+    Linux carries the parent's high-water mark across fork + exec, so a child's ``ru_maxrss``
+    that does not exceed the parent's own peak at spawn time may be the parent's figure, not
+    the worker's; then the worker's own VmHWM (last sample before it exited) is used instead.
+    """
+    if ru_maxrss and ru_maxrss > parent_peak:
+        return ru_maxrss, "ru_maxrss of the reaped worker (wait4)"
+    if hwm:
+        return hwm, (
+            "VmHWM of the worker, last sample before exit (its ru_maxrss "
+            f"{ru_maxrss} did not exceed the parent's own peak {parent_peak}, which Linux "
+            "carries across fork+exec)"
+        )
+    return None, "no usable OS peak: ru_maxrss inherited from the parent, no VmHWM sample"
+
+
+def tail(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - TAIL_CHARS))
+            return fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["GGML_NO_BACKTRACE"] = "1"  # no gdb attach, no core file on abort
+    env["PYTHONFAULTHANDLER"] = "1"  # a Python traceback on SIGSEGV/SIGABRT in stderr
+    return env
+
+
+def kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    out_path, err_path = spec.job_dir / "stdout.txt", spec.job_dir / "stderr.txt"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        return subprocess.Popen(
+            [spec.python, "-m", "rtmatrix.worker", *spec.args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=spec.cwd,
+            env=worker_env() | env,
+            start_new_session=True,
+        )
+
+
+def _report_leaks(leaked: list[proctrack.LeakedProcess]) -> None:
+    for lp in leaked:
+        cmd = " ".join(lp.cmdline)[:200]
+        print(f"rtmatrix: killed leftover process {lp.pid} ({cmd})", file=sys.stderr, flush=True)
+
+
+def launch(
+    args: list[str],
+    job_dir: Path,
+    timeout_s: float,
+    interval_s: float,
+    cwd: Path | None = None,
+    *,
+    python: str | None = None,
+    cgroup: memcap.MemoryCgroup | None = None,
+) -> Launch:
+    """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the cell's RSS and
+    CPU; kill the whole group at the deadline (or when the parent is interrupted); reap with
+    wait4 for the OS's own peak RSS; then find and kill every process the cell left behind
+    (its own cgroup, or a tracked descendant set: see :mod:`rtmatrix.proctrack`)."""
+    spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable)
+    parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with proctrack.Tracker(shared=cgroup) as tracker:
+        spawned = time.monotonic()
+        proc = _spawn(spec, tracker.env())
+        tracker.start(proc.pid)
+        track_cg = tracker.cgroup.path if tracker.cgroup else None
+        cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
+        peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
+        deadline = spawned + timeout_s
+        try:
+            while True:
+                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+                if pid:
+                    break
+                tree = tracker.tree()
+                tracker.poll(tree)
+                cpu.sample(tree)
+                peak = max(peak, _tree_rss(tree))
+                hwm = max(hwm, _vm_hwm(proc.pid))
+                if time.monotonic() > deadline:
+                    timed_out = True
+                    kill_group(proc.pid)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    break
+                time.sleep(interval_s)
+        except BaseException:  # Ctrl-C or anything else: never leave a process behind
+            kill_group(proc.pid)
+            with contextlib.suppress(ChildProcessError):
+                os.wait4(proc.pid, 0)
+            proc.returncode = -9
+            _report_leaks(tracker.finish(proctrack.FoundAt.INTERRUPT))
+            raise
+        wall = time.monotonic() - spawned
+        cpu.sample()
+        leaked = tracker.finish(proctrack.FoundAt.CELL_END)
+        tracking = tracker.describe()
+    kill_group(proc.pid)  # anything left in the group
+    code = os.waitstatus_to_exitcode(status)
+    proc.returncode = code
+    ru = usage.ru_maxrss * 1024 if usage and usage.ru_maxrss else None
+    maxrss, method = os_peak(ru, parent_peak, hwm)
+    return Launch(
+        returncode=code,
+        signal=signal.Signals(-code).name if code < 0 else None,
+        timed_out=timed_out,
+        wall_s=wall,
+        spawned=spawned,
+        peak_tree_rss=peak or None,
+        maxrss=maxrss,
+        stdout_tail=tail(job_dir / "stdout.txt"),
+        stderr_tail=tail(job_dir / "stderr.txt"),
+        maxrss_method=method,
+        pid=proc.pid,
+        leaked=tuple(leaked),
+        tracking=tracking,
+        cpu=cpu,
+    )
+
+
+def last_phase(job_dir: Path) -> tuple[str | None, dict[str, float]]:
+    """The last phase the worker entered and the timeline marks it wrote, even if it died."""
+    phase: str | None = None
+    marks: dict[str, float] = {}
+    for event in read_events(job_dir / "events.jsonl"):
+        if event.phase is not None:
+            phase = event.phase
+        elif event.mark is not None:
+            marks[event.mark] = event.t
+    return phase, marks
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """``result.json`` as the parent found it: a typed result, or why there is none."""
+
+    result: WorkerResult | None
+    #: set when a file exists but is unreadable or speaks another protocol
+    problem: str | None = None
+
+
+def read_result(job_dir: Path) -> ReadResult:
+    path = job_dir / "result.json"
+    if not path.exists():
+        return ReadResult(None)
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        return ReadResult(WorkerResult.parse(data, f"worker result {path.name}"))
+    except (OSError, ValueError) as exc:
+        problem = str(exc) if isinstance(exc, ProtocolError) else f"unreadable: {exc}"
+        return ReadResult(None, problem)
+
+
+def describe_adapter(
+    target: str, cwd: Path | None = None, python: str | None = None
+) -> dict[str, Any]:
+    """Ask a child for the adapter's metadata (the parent never imports adapters)."""
+    proc = subprocess.run(
+        [python or sys.executable, "-m", "rtmatrix.worker", "--describe", target],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env=worker_env(),
+        check=False,
+    )
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        info = {"error": f"describe failed (exit {proc.returncode}): {proc.stderr[-500:]}"}
+    return info

@@ -1,0 +1,273 @@
+"""Record building: a finished cell (process evidence + typed worker result) -> its JSON record,
+and the run record's header."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rtmatrix.fixtures import FixtureError, PreparedFixture, reference_for
+from rtmatrix.fixtures.spec import ExporterUnavailable
+from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.metrics import cell as cell_metrics
+from rtmatrix.metrics import host, package, parity
+from rtmatrix.metrics.contention import ContentionReading
+from rtmatrix.names import M, Scenario
+from rtmatrix.outcome import Judgement, Metric, Status, Verdict, judge
+from rtmatrix.protocol import WorkerResult
+from rtmatrix.runner.classify import CellOutcome, refine
+from rtmatrix.runner.process import TAIL_CHARS, Launch
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Finished:
+    """Everything known about a cell when it ends; the input of :func:`cell_record`."""
+
+    cell: Cell
+    outcome: CellOutcome
+    fixture: PreparedFixture | None = None
+    launch: Launch | None = None
+    result: WorkerResult | None = None
+    job_dir: Path | None = None
+    timeline: dict[str, float] = field(default_factory=dict)
+    #: extra evidence the parent gathered (memory cgroup, leaked processes, contention)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    #: extra metrics the parent measured (e.g. host_busy_cores)
+    metrics: dict[str, Metric] = field(default_factory=dict)
+
+
+def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
+    """The identifying part of a cell's record, known before anything runs."""
+    return {
+        "key": cell.key,
+        "runtime": cell.runtime,
+        "adapter": cell.adapter,
+        "fixture": {
+            "name": cell.fixture.name,
+            "dtype": cell.fixture.dtype,
+            "model": cell.fixture.model,
+            "variant": cell.fixture.variant,
+            "scenario": cell.fixture.scenario,
+            "container": container,
+            "path": None,
+            "sha256": None,
+        },
+        "params": dict(cell.params),
+        "expect": str(cell.expect),
+        **({"expect_kind": list(cell.expect_kinds)} if cell.expect_kinds else {}),
+    }
+
+
+def _package_metrics(dist: str | None) -> dict[str, Metric]:
+    if dist:
+        return {M.PACKAGE_SIZE: package.package_size(dist), M.LICENSE: package.license_of(dist)}
+    why = "the adapter declares no distribution"
+    return {
+        M.PACKAGE_SIZE: Metric.unavailable("bytes", why),
+        M.LICENSE: Metric.unavailable("spdx", why),
+    }
+
+
+def metrics_for(fin: Finished, distribution: str | None) -> dict[str, dict[str, Any]]:
+    lau, result = fin.launch, fin.result
+    reps = result.reps if result else []
+    m = _package_metrics(distribution)
+    m |= cell_metrics.cold_start(fin.timeline, lau.spawned if lau else float("nan"))
+    m |= cell_metrics.memory(
+        lau.peak_tree_rss if lau else None,
+        fin.cell.run["sample_interval_s"],
+        lau.maxrss if lau else None,
+        lau.maxrss_method if lau else "the worker never started",
+    )
+    m |= cell_metrics.throughput(reps)
+    m |= cell_metrics.latency(reps)
+    m |= cell_metrics.power(result)
+    if result is not None and result.scenario is not None:
+        from rtmatrix.scenarios import scenario_metrics
+
+        m |= scenario_metrics(Scenario(fin.cell.fixture.scenario), result.scenario)
+    m |= fin.metrics
+    return {str(k): v.to_dict() for k, v in m.items()}
+
+
+def parity_for(fin: Finished) -> dict[str, Any]:
+    fx, result = fin.fixture, fin.result
+    if fin.outcome.status is not Status.OK:
+        return parity.unavailable(f"cell outcome is {fin.outcome.status}")
+    if fx is None or fx.model is None or fx.dtype is None:
+        return parity.unavailable("user-supplied model file: no numpy reference for it")
+    if result is None or not result.reps:
+        return parity.unavailable("the cell produced no counted generation to compare")
+    p = fin.cell.params
+    try:
+        ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container)
+    except (FixtureError, ExporterUnavailable) as exc:
+        return parity.unavailable(f"the numpy reference could not be built: {exc}")
+    logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
+    logits = np.load(logits_path) if logits_path and logits_path.exists() else None
+    reps = result.reps
+    out = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits)
+    out["deterministic_across_reps"] = all(r.tokens == reps[0].tokens for r in reps)
+    return out
+
+
+def contention(fin: Finished) -> ContentionReading | None:
+    """CPU used on the host outside the cell's processes, over its counted repetitions (or the
+    worker's whole life for a cell without them); None when no worker ran."""
+    lau = fin.launch
+    if lau is None or lau.cpu is None:
+        return None
+    threshold = float(fin.cell.run.get("contention_threshold_cores", 0.25))
+    reps = fin.result.reps if fin.result else []
+    if reps:
+        t0, t1 = min(r.t_start for r in reps), max(r.t_end for r in reps)
+        window = "the counted repetitions"
+    else:
+        t0, t1 = lau.spawned, lau.spawned + lau.wall_s
+        window = "the worker's whole run (no counted repetitions)"
+    reading = lau.cpu.reading(t0, t1, threshold)
+    reading.detail["window"] = window
+    return reading
+
+
+def _contention_metrics(reading: ContentionReading | None) -> dict[str, Metric]:
+    if reading is None:
+        why = "no worker ran for this cell"
+        return {
+            M.HOST_BUSY_CORES: Metric.unavailable("cores", why),
+            M.HOST_STEAL_CORES: Metric.unavailable("cores", why),
+        }
+    return dict(reading.metrics())
+
+
+def _judge(fin: Finished, outcome: CellOutcome) -> Judgement:
+    cell = fin.cell
+    j = judge(
+        cell.expect,
+        outcome.status,
+        cell.verdicts,
+        cell.expect_kinds,
+        outcome.error_kind,
+        outcome.message,
+    )
+    leaked = fin.launch.leaked if fin.launch else ()
+    if leaked and j.verdict is Verdict.PASS:
+        pids = ", ".join(str(lp.pid) for lp in leaked)
+        return Judgement(Verdict.WARN, f"{len(leaked)} process(es) outlived the cell: {pids}")
+    return j
+
+
+def _evidence(fin: Finished) -> dict[str, Any]:
+    result = fin.result
+    ev: dict[str, Any] = dict((result.evidence if result else None) or {})
+    if fin.launch:
+        ev["stderr_tail"] = fin.launch.stderr_tail[-TAIL_CHARS:]
+        ev["stdout_tail"] = fin.launch.stdout_tail[-TAIL_CHARS:]
+    if result and result.traceback_tail:
+        ev["traceback_tail"] = result.traceback_tail
+    if fin.launch:
+        ev["leaked_processes"] = [lp.to_dict() for lp in fin.launch.leaked]
+        ev["process_tracking"] = fin.launch.tracking
+    return ev | fin.evidence
+
+
+def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
+    """The finished cell's record: outcome (refined by parity), verdict, metrics, evidence."""
+    par = parity_for(fin)
+    outcome = refine(fin.outcome, par, fin.result)
+    if fin.result and fin.result.runtime_version:
+        outcome = replace(outcome, runtime_version=fin.result.runtime_version)
+    record = dict(base)
+    if fin.fixture is not None:
+        record["fixture"] = fin.fixture.to_dict() | {"scenario": fin.cell.fixture.scenario}
+    busy = contention(fin)
+    fin.metrics |= _contention_metrics(busy)
+    j = _judge(fin, outcome)
+    out = record | {
+        "outcome": outcome.to_dict(),
+        "verdict": str(j.verdict),
+        "metrics": metrics_for(fin, distribution),
+        "parity": par,
+        "evidence": _evidence(fin),
+        "wall_s": fin.launch.wall_s if fin.launch else 0.0,
+        "contended": bool(busy and busy.contended),
+    }
+    if j.reason:
+        out["verdict_reason"] = j.reason
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest()
+
+
+def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    runtimes = {}
+    for rt in matrix.runtimes:
+        info = describe[rt.name]
+        dist = info.get("distribution")
+        entry = {
+            "adapter": rt.adapter,
+            "options": rt.options,
+            "distribution": dist,
+            "version": package.version(dist) if dist else None,
+            "extra": info.get("extra"),
+            "container": info.get("container"),
+        }
+        if "error" in info:
+            entry["error"] = info["error"]
+        runtimes[rt.name] = entry
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": now.strftime("%Y%m%dT%H%M%SZ") + "-" + os.urandom(3).hex(),
+        "created_utc": now.isoformat(),
+        "finished_utc": None,
+        "status": "running",
+        "matrix": {
+            "path": str(matrix.path),
+            "sha256": sha256_of(matrix.path),
+            "n_cells": 0,
+            "description": matrix.description,
+            "run": matrix.run,
+            "power": matrix.power,
+            "gate": matrix.raw.get("gate", {}),
+        },
+        "machine": host.machine_info(),
+        "project": host.project_info(),
+        "runtimes": runtimes,
+        "skipped": [],
+        "cells": [],
+    }
+
+
+def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
+    out = rec["outcome"]
+    m = rec["metrics"]
+    figs = ""
+    if out["status"] == "ok":
+        pp, tg = m[M.PP_TPS]["value"], m[M.TG_TPS]["value"]
+        figs = (f"  PP {pp:.0f} tok/s" if pp else "") + (f"  TG {tg:.0f} tok/s" if tg else "")
+        par = rec["parity"]
+        if par["status"] == "measured":
+            figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
+    else:
+        figs = f"  {out['message'][:120]}"
+    if rec.get("contended") and out["status"] == "ok":
+        busy = m[M.HOST_BUSY_CORES]["value"]
+        figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
+    if rec.get("verdict_reason"):
+        figs += f"  [{rec['verdict_reason'][:160]}]"
+    tag = cell.key.rsplit("|", 1)[-1]
+    head = (
+        f"[{i}/{n}] {cell.runtime} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
+    )
+    return f"{head} ({rec['wall_s']:.1f} s){figs}"
