@@ -119,6 +119,7 @@ def _supervise(
         ctx.cwd,
         python=ctx.python,
         cgroup=cgroup,
+        counted_interval_s=run.get("counted_sample_interval_s"),
     )
     read = process.read_result(job_dir)
     phase, marks = process.last_phase(job_dir)
