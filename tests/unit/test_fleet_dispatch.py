@@ -147,8 +147,9 @@ def test_cells_spread_over_hosts_a_killed_host_is_host_lost_a_missing_label_unav
     assert doomed_address in lost["outcome"]["message"] and "(doomed)" in lost["outcome"]["message"]
     assert lost["host"]["worker"] == doomed_address
     nobody = cells["nobody"]["outcome"]
-    assert nobody["status"] == "unavailable" and "no worker holding resource 'nobody'" in (
-        nobody["message"]
+    assert (
+        nobody["status"] == "unavailable"
+        and "no worker holding resource 'nobody'" in (nobody["message"])
     )
     # the cells that finished before the host died are in the file unchanged
     assert len(killer.before) == len(LABELS)
