@@ -12,7 +12,7 @@ import os
 import time
 from typing import ClassVar
 
-from rtmatrix.adapters.llama_cpp import LlamaCppAdapter
+from rtmatrix.runtimes.llama_cpp.adapter import LlamaCppAdapter
 
 
 class SlowLlamaCppAdapter(LlamaCppAdapter):

@@ -212,6 +212,23 @@ def _cmd_gate(args: argparse.Namespace) -> int:
     return result.code
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rtmatrix.results import load_run
+    from rtmatrix.results.export import render, tidy
+
+    text = render(tidy(load_run(Path(args.run))), args.format)
+    if not args.output:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        _write(args.output, text)
+    except OSError as exc:
+        print(f"rtmatrix: error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"rtmatrix: wrote {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_fixtures(args: argparse.Namespace) -> int:
     from rtmatrix.fixtures import build_fixture
     from rtmatrix.fixtures.spec import builtin_specs
@@ -338,6 +355,17 @@ def build_parser() -> argparse.ArgumentParser:
     gat.add_argument("--json", metavar="FILE", help="write the diff as JSON")
     gat.add_argument("-q", "--quiet", action="store_true", help="print the verdict only")
     gat.set_defaults(func=_cmd_gate)
+
+    exp = sub.add_parser(
+        "export",
+        help="a run as a tidy table: one row per cell × metric × sample (CSV or JSON)",
+        description="Columns: run_id, the cell's key fields, one per parameter, status, verdict, "
+        "metric, sample, value, text, unit, source, reason (see rtmatrix.results.export).",
+    )
+    exp.add_argument("run", help="result JSON file")
+    exp.add_argument("--format", choices=["csv", "json"], default="csv", help="(default: csv)")
+    exp.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    exp.set_defaults(func=_cmd_export)
 
     fx = sub.add_parser("fixtures", help="list or build the canonical fixture models")
     fx.add_argument("action", choices=["list", "build"])

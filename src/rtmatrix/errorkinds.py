@@ -17,14 +17,22 @@ from rtmatrix.outcome import ErrorKind
 GENERIC_PATTERNS: tuple[tuple[ErrorKind, str], ...] = (
     (ErrorKind.OUT_OF_MEMORY, r"^MemoryError\b|bad_alloc|out of memory|cannot allocate memory"),
     (ErrorKind.OUT_OF_MEMORY, r"failed to allocate|unable to allocate|mmap failed|failed to mmap"),
-    (ErrorKind.CONTEXT_LENGTH, r"context (length|size|window)|exceeds? (the )?(max|context)"),
-    (ErrorKind.DYNAMIC_SHAPE, r"\bshape\b.*(mismatch|expected|invalid)|invalid dimensions?"),
-    (ErrorKind.MISSING_TENSOR, r"missing tensor|tensor .* not found|missing (weight|initializer)"),
+    (ErrorKind.CONTEXT_LENGTH, r"context[ _](length|size|window)|exceeds? (the )?(max|context)"),
+    (ErrorKind.DYNAMIC_SHAPE, r"invalid dimensions? for input|\bshape\b.*(mismatch|expected)"),
+    (
+        ErrorKind.MISSING_TENSOR,
+        r"missing tensor|tensor '?[\w.]+'? not found|missing (weight|initializer)",
+    ),
     (ErrorKind.UNKNOWN_ARCH, r"(unknown|unsupported) (model )?arch(itecture)?\b"),
-    (ErrorKind.UNSUPPORTED_OP, r"not (implemented|supported)|unsupported op|no kernel|opset"),
-    (ErrorKind.BAD_FILE, r"invalid (magic|file|model|protobuf)|corrupt|truncated|failed to load"),
-    (ErrorKind.BAD_FILE, r"unexpected end|not a valid|checksum|sha256"),
+    (
+        ErrorKind.UNSUPPORTED_OP,
+        r"not a registered (function/)?op|unsupported op(erator)?|no kernel",
+    ),
+    (ErrorKind.BAD_FILE, r"invalid magic|failed to read magic|not within the file bounds"),
+    (ErrorKind.BAD_FILE, r"unexpected end of (file|stream)|sha256 .* differs|not a valid"),
 )
+#: file paths are removed before matching: a fixture's path may spell its own variant's name
+_PATH = re.compile(r"(?:[A-Za-z]:)?(?:/[\w.+\-]+){2,}")
 
 
 def classify_error(
@@ -34,7 +42,7 @@ def classify_error(
     patterns: Sequence[tuple[ErrorKind | str, str]] = (),
 ) -> ErrorKind:
     """The kind of one failure: the runtime's own ``patterns`` first, then the generic ones."""
-    text = f"{error_type or ''}: {message}\n{log_tail}"
+    text = _PATH.sub("<path>", f"{error_type or ''}: {message}\n{log_tail}")
     for kind, pattern in (*patterns, *GENERIC_PATTERNS):
         if re.search(pattern, text, re.IGNORECASE | re.MULTILINE):
             return ErrorKind(kind)

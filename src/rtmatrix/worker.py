@@ -158,13 +158,14 @@ def _error_kind(adapter: Any, result: WorkerResult) -> str:
     """Classify the failure with the runtime's own patterns first, then the generic ones."""
     from rtmatrix.errorkinds import classify_error
 
-    patterns = getattr(adapter, "error_patterns", ())
+    patterns = adapter.error_patterns if adapter is not None else ()
     log_tail = str((result.evidence or {}).get("log_tail", ""))
     return str(classify_error(result.error_type, result.message or "", log_tail, patterns))
 
 
 def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]:
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
+    from rtmatrix.adapters.capabilities import collect_evidence
     from rtmatrix.fixtures.model import make_prompt
 
     result = WorkerResult()
@@ -205,7 +206,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
         else:
             _generate(adapter, job, job_dir, result, events, mark, prompt, banned)
         enter("evidence")
-        result.evidence = adapter.evidence()
+        result.evidence = collect_evidence(adapter)
         enter("close")
         adapter.close()
         result.status = "ok"
@@ -222,7 +223,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
         result.traceback_tail = traceback.format_exc()[-4000:]
         if adapter is not None:
             try:
-                result.evidence = adapter.evidence()
+                result.evidence = collect_evidence(adapter)
             except Exception as ev_exc:  # evidence is best effort after a failure
                 result.evidence = {"error": f"evidence unavailable: {ev_exc}"}
         result.error_kind = _error_kind(adapter, result)

@@ -202,7 +202,7 @@ def sample_run() -> dict[str, Any]:
         "container": "gguf",
     }
     run["runtimes"]["onnxruntime"] = {
-        "adapter": "rtmatrix.adapters.onnxruntime:OrtAdapter",
+        "adapter": "rtmatrix.runtimes.onnxruntime.adapter:OrtAdapter",
         "distribution": "onnxruntime",
         "version": None,
         "extra": "onnxruntime",
@@ -425,10 +425,12 @@ def lifecycle_run() -> dict[str, Any]:
         "phase": "scenario",
         "exit_code": 0,
         "signal": None,
-        "message": "scenario 'serve': rtmatrix drives llama-cpp-python's server only",
+        "message": "scenario 'serve': runtime 'fakert' does not offer the Serving capability "
+        "(rtmatrix.adapters.capabilities.Serving: server_driver())",
     }
     gone["verdict"] = "unavailable"
     gone["metrics"] = {}
+    gone["scenario"] = "serve"  # every cell records its scenario
     run["cells"] = [
         _cell(base, "llama_cpp", "f32"),
         _scenario_cell(base, "tiny-stream", "stream", stream_result()),
@@ -554,7 +556,7 @@ def partition_run() -> dict[str, Any]:
     run["run_id"] = "20261204T000000Z-partitions"
     run["runtimes"] = {
         name: {
-            "adapter": "rtmatrix.adapters.onnxruntime_openvino:OrtOpenVinoAdapter",
+            "adapter": "rtmatrix.runtimes.onnxruntime_openvino.adapter:OrtOpenVinoAdapter",
             "distribution": "onnxruntime-openvino",
             "version": "1.24.1",
             "extra": "onnxruntime-openvino",

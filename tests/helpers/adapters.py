@@ -9,7 +9,7 @@ import ctypes
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
-from rtmatrix.fixtures.model import KVCache, Reference
+from rtmatrix.adapters.capabilities import OnPrefill, OnToken
+from rtmatrix.fixtures.model import KVCache, Reference, greedy_pick
 from rtmatrix.fixtures.spec import ModelSpec
 
 
@@ -196,3 +197,76 @@ class DetachedChildAdapter(NumpyAdapter):
             stderr=subprocess.DEVNULL,
         )
         super().load(model_path, params)
+
+
+class NumpyStreamBackend:
+    """The numpy reference's greedy loop as a stream: one chunk per token."""
+
+    runtime = "numpy"
+    api = "tests.helpers.adapters: the numpy reference's greedy loop, one chunk per token"
+    cancel_modes: Mapping[str, str] = {
+        "stop": "the loop asks the per-token hook after each token",
+        "close": "the consumer closes the generator",
+    }
+    missing_modes: Mapping[str, str] = {}
+    state_doc = "tokens in the numpy KV cache"
+
+    def __init__(self, adapter: StreamingNumpyAdapter) -> None:
+        self._a = adapter
+        self._last: list[int] = []
+
+    def open_stream(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        banned: Sequence[int],
+        on_token: OnToken,
+        on_prefill: OnPrefill,
+    ) -> Iterator[Any]:
+        a = self._a
+
+        def _stream() -> Iterator[Any]:
+            a.reset()
+            self._last = []
+            on_prefill()
+            a.prefill(prompt)
+            for i in range(max_tokens):
+                if i:
+                    a.decode(self._last[-1])
+                self._last.append(greedy_pick(a.last_logits(), banned))
+                if on_token():
+                    return
+                yield self._last[-1]
+
+        return _stream()
+
+    def chunk_text(self, chunk: Any) -> str:
+        return str(chunk)
+
+    def byte_tokens(self) -> list[int]:
+        return []
+
+    def generated(self, n_prompt: int) -> list[int] | None:
+        return list(self._last)
+
+    def release(self) -> None:
+        self._a.reset()
+
+    def state(self) -> dict[str, int | None]:
+        return {"kv_tokens": self._a.cached_tokens()}
+
+
+class StreamingNumpyAdapter(NumpyAdapter):
+    """A third-party adapter that offers the ``Streaming`` capability (and nothing else)."""
+
+    name: ClassVar[str] = "numpy_streaming"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._backend = NumpyStreamBackend(self)
+
+    def stream_backend(self) -> NumpyStreamBackend:
+        return self._backend
+
+    def cached_tokens(self) -> int:
+        return self._cache.length

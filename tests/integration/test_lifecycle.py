@@ -12,7 +12,7 @@ import pytest
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
-from rtmatrix.scenarios.serve import SERVER_DEPS
+from rtmatrix.runtimes.llama_cpp.server import SERVER_DEPS
 
 pytestmark = pytest.mark.integration
 

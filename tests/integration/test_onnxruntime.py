@@ -1,5 +1,5 @@
-"""Real onnxruntime on the tiny fixture, through real worker processes; plus the adapter's pure
-placement helpers."""
+"""Real onnxruntime on the tiny fixture, through real worker processes (the pure placement
+helpers: ``tests/unit/test_onnxruntime_placement.py`` and ``test_onnxruntime_profile.py``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from typing import Any
 
 import pytest
 
-from rtmatrix.adapters.onnxruntime import (
-    count_partitions,
-    judge_fallback,
-    parse_placement_log,
-    parse_profile,
-)
 from rtmatrix.fixtures import prepare_fixture, reference_for
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.metrics.parity import LOGIT_TOLERANCE
@@ -214,61 +208,3 @@ def test_a_users_own_onnx_file_runs_without_a_reference(probe_run: dict[str, Any
     assert c["outcome"]["status"] == "ok", c["outcome"]
     assert c["parity"]["status"] == "unavailable"
     assert c["metrics"]["tg_tps"]["value"] > 0
-
-
-# -- pure helpers ------------------------------------------------------------------------------
-def test_parse_placement_log_reads_every_provider() -> None:
-    lines = [
-        "2026-11-29 [V:onnxruntime:, session_state.cc:1598] Node placements",
-        "2026-11-29 [V:onnxruntime:, session_state.cc:1601]  Node(s) placed on "
-        "[OpenVINOExecutionProvider]. Number of nodes: 4",
-        "2026-11-29 [V:onnxruntime:, session_state.cc:1604]   OpenVINO-EP-subgraph_1 (...)",
-        "2026-11-29 [V:onnxruntime:, session_state.cc:1601]  Node(s) placed on "
-        "[CPUExecutionProvider]. Number of nodes: 4",
-    ]
-    assert parse_placement_log(lines) == {"OpenVINOExecutionProvider": 4, CPU: 4}
-    one = ["[V:onnxruntime:] All nodes placed on [CPUExecutionProvider]. Number of nodes: 302"]
-    assert parse_placement_log(one) == {CPU: 302}
-    assert parse_placement_log(["nothing here"]) == {}
-
-
-def _ev(name: str, provider: str, ts: int) -> dict[str, Any]:
-    return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "args": {"provider": provider}}
-
-
-def test_parse_profile_counts_nodes_and_partitions_in_execution_order() -> None:
-    ov = "OpenVINOExecutionProvider"
-    events = [
-        {"cat": "Session", "name": "model_loading_uri", "ts": 0},
-        _ev("a", ov, 10),
-        _ev("b", CPU, 20),
-        _ev("c", ov, 30),
-        {"cat": "Node", "name": "c_fence_before", "ts": 31, "args": {"provider": ov}},
-        _ev("d", CPU, 40),
-        _ev("a", ov, 110),  # a second run repeats the same nodes: not counted again
-    ]
-    assert parse_profile(events) == ({ov: 2, CPU: 2}, 4)
-    assert count_partitions([CPU, CPU, CPU]) == 1
-    assert count_partitions([]) == 0
-
-
-def test_judge_fallback() -> None:
-    # explicit request dropped by the session
-    assert judge_fallback([CUDA, CPU], [CPU], {CPU: 5}, explicit=True)[0] is True
-    # registered but given no node
-    fb, why = judge_fallback(
-        ["AzureExecutionProvider", CPU], ["AzureExecutionProvider", CPU], {CPU: 5}, explicit=True
-    )
-    assert fb is True and "assigned no node" in why[0]
-    # the default list is "whatever is there": not a fallback
-    assert (
-        judge_fallback(
-            ["AzureExecutionProvider", CPU],
-            ["AzureExecutionProvider", CPU],
-            {CPU: 5},
-            explicit=False,
-        )[0]
-        is False
-    )
-    # CPU asked, CPU used
-    assert judge_fallback([CPU], [CPU], {CPU: 5}, explicit=True) == (False, [])

@@ -239,3 +239,39 @@ def test_a_precision_the_cpu_device_refuses_is_a_fallback(tmp_path: Path) -> Non
     assert pl["used"] == [CPU] and f"{OV} not registered in the session" in pl["problems"]
     assert c["evidence"]["precision"]["ovep_precision_option"] == "FP16"
     assert c["evidence"]["partitions"]["role"] == "control"  # nothing ran on the delegate
+
+
+@pytest.fixture(scope="module")
+def shape_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    fixtures = "".join(
+        f"[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\nvariant = '{v}'\n"
+        + ("expect_kind = 'dynamic-shape'\n" if v == "fixed-shape" else "")
+        for v in ("data-dependent-shape", "fixed-shape")
+    )
+    body = (
+        "[[runtimes]]\nname = 'ort_openvino'\nadapter = 'onnxruntime_openvino'\n"
+        "[[runtimes]]\nname = 'ort_cpu_control'\nadapter = 'onnxruntime_openvino'\n"
+        f"options = {{ providers = ['{CPU}'] }}\n" + fixtures
+    )
+    return _run(tmp_path_factory.mktemp("ov-shapes"), body)
+
+
+def test_a_data_dependent_shape_runs_whole_on_the_delegate(shape_run: dict[str, Any]) -> None:
+    """Measured with onnxruntime-openvino 1.24.1 on CPU: the EP takes NonZero and the whole
+    graph (one partition) and the tokens stay exact; neither an error nor a fallback."""
+    for runtime in ("ort_openvino", "ort_cpu_control"):
+        c = cell(shape_run, runtime, "data-dependent-shape")
+        assert c["outcome"]["status"] == "ok" and c["parity"]["all_tokens_agree"], c["outcome"]
+    p = parts(shape_run, "ort_openvino", "data-dependent-shape")
+    assert p["partitions"] == 1 and p["coverage"]["pct"] == 100.0
+    assert p["per_partition"][0]["ops"].get("NonZero") == 1
+
+
+@pytest.mark.parametrize("runtime", ["ort_openvino", "ort_cpu_control"])
+def test_a_fixed_shape_graph_fed_another_length_is_refused(
+    shape_run: dict[str, Any], runtime: str
+) -> None:
+    c = cell(shape_run, runtime, "fixed-shape")
+    assert c["outcome"]["status"] == "error" and c["verdict"] == "PASS"
+    assert "Got invalid dimensions for input" in c["outcome"]["message"]
+    assert c["outcome"]["error_kind"] == "dynamic-shape"

@@ -10,7 +10,7 @@ from rtmatrix.adapters.base import Adapter, AdapterError, load_adapter_class, re
 
 
 def test_builtin_names_resolve_to_module_class_strings() -> None:
-    assert resolve_adapter("llama_cpp") == "rtmatrix.adapters.llama_cpp:LlamaCppAdapter"
+    assert resolve_adapter("llama_cpp") == "rtmatrix.runtimes.llama_cpp.adapter:LlamaCppAdapter"
     assert resolve_adapter("a.b:C") == "a.b:C"
 
 

@@ -257,7 +257,7 @@ def test_json_shape(base_run: dict[str, Any]) -> None:
     assert data["format"] == "rtmatrix-diff" and data["version"] == 1
     assert set(data) == {
         "format", "version", "alpha", "base", "candidate", "machine_differences",
-        "runtime_versions", "checks", "counts", "cells", "only_base", "only_candidate",
+        "runtime_versions", "checks", "counts", "notes", "cells", "only_base", "only_candidate",
     }  # fmt: skip
     assert data["runtime_versions"]["llama_cpp"] == {
         "distribution": "llama-cpp-python",
@@ -266,7 +266,10 @@ def test_json_shape(base_run: dict[str, Any]) -> None:
     }
     assert data["counts"] == {"!": 0, "*": 0, "x": 0, "-": 2, "+": 0, "~": 0, "=": 1}
     cell = data["cells"][0]
-    assert set(cell) == {"key", "runtime", "mark", "reasons", "base", "candidate", "metrics"}
+    assert set(cell) == {
+        "key", "runtime", "mark", "reasons", "processes", "replication", "base", "candidate",
+        "metrics",
+    }  # fmt: skip
     tg = next(m for m in cell["metrics"] if m["name"] == "tg_tps")
     assert tg["mark"] == "-" and tg["test"] == "mann-whitney" and tg["direction"] == "higher"
     assert {c["metric"] for c in data["checks"] if c["gate"]} == {
@@ -283,6 +286,38 @@ def test_text_output(base_run: dict[str, Any]) -> None:
     assert "3 paired cells: 2 -, 1 =" in text
     assert "pp_tps_counter" not in text  # unchanged metrics are listed only with verbose
     assert "pp_tps_counter" in render_text(diff_runs(base_run, base_run), verbose=True)
+
+
+def test_one_process_per_side_is_said_without_changing_marks(base_run: dict[str, Any]) -> None:
+    diff = diff_runs(base_run, load_run(GOLDEN / "gate-regression.json"))
+    assert [c.mark for c in diff.cells] == [Mark.WORSE, Mark.WORSE, Mark.SAME]
+    first, _, error = diff.cells
+    assert first.processes == (1, 1)
+    assert first.replication == (
+        "samples from one process per side: within-process repetitions only; "
+        "between-process variation not seen"
+    )
+    assert error.replication is None  # a clean error: no repeated samples were compared
+    (note,) = diff.notes()
+    assert note.startswith("2 of 3 paired cell(s): samples from one process per side")
+    assert f"note: {note}" in render_text(diff)
+    data = diff.to_dict()
+    assert data["notes"] == [note]
+    assert data["cells"][0]["processes"] == {"base": 1, "candidate": 1}
+    tg = next(m for m in first.metrics if m.name == "tg_tps")
+    assert tg.note.endswith("; samples from one process per side")
+
+
+def test_pooled_processes_are_not_flagged(base: dict[str, Any]) -> None:
+    cand = load_run(GOLDEN / "gate-regression.json")
+    for cell in [*base["cells"], *cand["cells"]]:
+        cell["processes"] = 8
+    diff = diff_runs(base, cand)
+    assert [c.mark for c in diff.cells] == [Mark.WORSE, Mark.WORSE, Mark.SAME]
+    assert diff.notes() == [] and all(c.replication is None for c in diff.cells)
+    cand["cells"][0]["processes"] = 1
+    one = diff_runs(base, cand).cells[0]
+    assert one.replication is not None and "one process in the candidate" in one.replication
 
 
 def test_too_few_samples_note(base: dict[str, Any]) -> None:
@@ -351,6 +386,43 @@ def test_metric_without_a_direction_is_reported_not_judged() -> None:
     m = compare_metric("widgets", single(1.0, "n"), single(2.0, "n"))
     assert m.mark is Mark.NOISE and m.direction is None
     assert m.note.startswith("changed, direction unknown")
+
+
+def test_a_contended_side_is_not_comparable(base: dict[str, Any]) -> None:
+    b, c = _cell(base, 0), _cell(base, 0)
+    c["metrics"]["tg_tps"] = sampled([v * 0.5 for v in c["metrics"]["tg_tps"]["samples"]])
+    c["contended"] = True
+    c["metrics"]["host_busy_cores"] = {"value": 1.2, "unit": "cores", "source": "os-accounting"}
+    diff = compare_cells(b, c, default_checks())
+    assert diff.mark is Mark.NOT_COMPARABLE and diff.metrics == []
+    assert diff.reasons == [
+        "contended: candidate had 1.20 cores busy outside the cell during its run"
+    ]
+    c["contended"] = False
+    assert compare_cells(b, c, default_checks()).mark is Mark.WORSE
+
+
+def test_figures_of_cells_not_ok_on_both_sides_are_not_judged(base: dict[str, Any]) -> None:
+    b = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
+    c = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
+    c["metrics"]["peak_rss_os_bytes"] = single(10 * b["metrics"]["peak_rss_os_bytes"]["value"])
+    diff = compare_cells(b, c, default_checks())
+    assert diff.mark is Mark.SAME and diff.metrics == []
+    assert "judged on ok cells" in diff.reasons[0]
+
+
+def test_a_change_of_error_kind_is_a_transition(base: dict[str, Any]) -> None:
+    def failed(kind: str, verdict: str) -> dict[str, Any]:
+        cell = _with_outcome(_cell(base, 2), verdict, "error")
+        cell["outcome"]["error_kind"] = kind
+        return cell
+
+    diff = compare_cells(failed("out-of-memory", "WARN"), failed("unclassified", "WARN"), {})
+    assert diff.mark is Mark.NEW_FAILURE
+    assert diff.reasons == ["error kind out-of-memory -> unclassified (verdict WARN on both sides)"]
+    assert diff.candidate.to_dict()["kind"] == "unclassified"
+    accepted = compare_cells(failed("unknown-arch", "PASS"), failed("unsupported-op", "PASS"), {})
+    assert accepted.mark is Mark.SAME and "both accepted" in accepted.reasons[0]
 
 
 def test_a_host_lost_side_is_not_comparable(base: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from rtmatrix.results.gate import (
     junit_xml,
     markdown,
 )
+from rtmatrix.results.gate import render_text as gate_text
 from tests.golden.make_golden import build
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -107,6 +108,17 @@ def test_markdown_escapes_pipes_in_keys(base_run: dict[str, Any]) -> None:
     assert text.startswith("## ❌ rtmatrix gate: FAIL: 1 new failure(s)")
     assert "| `!` | `llama_cpp\\|tiny-truncated/f32\\|t2-c256-p16-g24` | PASS → WARN |" in text
     assert "llama-cpp-python 0.3.36 → 0.3.36" in text
+
+
+def test_one_process_per_side_is_a_note_in_every_output(base_run: dict[str, Any]) -> None:
+    diff = diff_runs(base_run, load_run(GOLDEN / "gate-regression.json"))
+    result = evaluate(diff)
+    assert result.code == EXIT_REGRESSION  # the verdict is unchanged; the reader is told why
+    note = next(n for n in result.notes if "one process per side" in n)
+    assert "between-process variation not seen" in note
+    assert f"note: {note}" in gate_text(result)
+    assert f"- {note}" in markdown(diff, result)
+    assert all(f.message.endswith("samples from one process per side)") for f in result.findings)
 
 
 def test_noise_alone_never_fails(base: dict[str, Any]) -> None:

@@ -34,7 +34,7 @@ def test_cells_are_the_product_of_runtimes_fixtures_and_params() -> None:
     assert {c.params["threads"] for c in cells} == {1, 2}
     assert all(c.params["prompt_tokens"] == 32 and c.params["n_ctx"] == 512 for c in cells)
     assert m.run["repetitions"] == 3 and m.run["warmup"] == 1
-    assert cells[0].adapter == "rtmatrix.adapters.llama_cpp:LlamaCppAdapter"
+    assert cells[0].adapter == "rtmatrix.runtimes.llama_cpp.adapter:LlamaCppAdapter"
     user = next(c for c in cells if c.fixture.name == "mine")
     assert user.fixture.path == Path("/x/models/mine.gguf") and user.fixture.dtype is None
     assert len({c.key for c in cells}) == len(cells)

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtmatrix.fixtures import build_fixture, get_format, unsupported
+from rtmatrix.fixtures import FixtureError, build_fixture, get_format, unsupported
 from rtmatrix.fixtures import onnx_export as oe
 from rtmatrix.fixtures.model import make_weights, tensor_shapes
 from rtmatrix.fixtures.spec import get_spec
+from rtmatrix.fixtures.variants import FIXED_SHAPE_PROMPT_TOKENS
 
 onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper  # noqa: E402
@@ -212,3 +213,149 @@ def test_unknown_dtype_and_variant_list_choices(tmp_path: Path) -> None:
         oe.stored_weights({}, "q4_0")
     with pytest.raises(ValueError, match="cannot express variant"):
         oe.write_onnx(get_spec("tiny"), "f32", tmp_path / "model.onnx", variant="bogus")
+
+
+# -- shape variants ----------------------------------------------------------------------------
+def _fixed_dims(spec: Any) -> tuple[dict[str, list[int | str]], dict[str, list[int | str]]]:
+    n = FIXED_SHAPE_PROMPT_TOKENS
+    kv, hd = spec.n_head_kv, spec.head_dim
+    ins: dict[str, list[int | str]] = {
+        "input_ids": [1, n],
+        "attention_mask": [1, n],
+        "position_ids": [1, n],
+    }
+    outs: dict[str, list[int | str]] = {"logits": [1, n, spec.vocab_size]}
+    for i in range(spec.n_layer):
+        for t in ("key", "value"):
+            ins[f"past_key_values.{i}.{t}"] = [1, kv, 0, hd]
+            outs[f"present.{i}.{t}"] = [1, kv, n, hd]
+    return ins, outs
+
+
+@pytest.mark.parametrize("dtype", ["f32", "int8"])
+def test_fixed_shape_declares_the_traced_prefill_dims(tmp_path: Path, dtype: str) -> None:
+    if dtype == "int8":
+        pytest.importorskip("onnxruntime")  # the quantizer (in a child process)
+    spec = get_spec("tiny")
+    model = _load(build_fixture(spec, "onnx", dtype, "fixed-shape", root=tmp_path).path)
+    onnx.checker.check_model(model, full_check=True)
+    ins, outs = _fixed_dims(spec)
+    assert {i.name: _dims(i) for i in model.graph.input} == ins
+    assert {o.name: _dims(o) for o in model.graph.output} == outs
+    props = {p.key: p.value for p in model.metadata_props}
+    assert props["rtmatrix.fixed_prompt_tokens"] == str(FIXED_SHAPE_PROMPT_TOKENS)
+    assert props["rtmatrix.dtype"] == dtype
+
+
+def test_fixed_shape_leaves_the_graph_itself_alone(tmp_path: Path) -> None:
+    spec = get_spec("tiny")
+    plain = _load(build_fixture(spec, "onnx", "f32", root=tmp_path).path)
+    fixed = _load(build_fixture(spec, "onnx", "f32", "fixed-shape", root=tmp_path).path)
+    assert [n.SerializeToString() for n in fixed.graph.node] == [
+        n.SerializeToString() for n in plain.graph.node
+    ]
+
+
+def test_fix_dims_refuses_a_dimension_it_has_no_value_for() -> None:
+    from onnx import TensorProto, helper
+
+    vi = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["beam", 4])
+    model = helper.make_model(helper.make_graph([], "g", [vi], []))
+    with pytest.raises(ValueError, match="no value for dimension 'beam' of 'x'"):
+        oe.fix_dims(model)
+
+
+def test_data_dependent_shape_takes_key_positions_from_nonzero(tmp_path: Path) -> None:
+    spec = get_spec("tiny")
+    model = _load(build_fixture(spec, "onnx", "f32", "data-dependent-shape", root=tmp_path).path)
+    onnx.checker.check_model(model, full_check=True)
+    ops = [n.op_type for n in model.graph.node]
+    assert "NonZero" in ops and "Range" not in ops
+    kidx = next(n for n in model.graph.node if n.output[0] == "mask.kidx")
+    assert kidx.op_type == "Squeeze" and kidx.input[0] == "mask.nonzero"
+    # the inputs stay symbolic: the data, not the declared shape, sets NonZero's output length
+    assert _dims(model.graph.input[1]) == ["batch", "total_sequence"]
+
+
+def test_data_dependent_shape_computes_the_same_logits(tmp_path: Path) -> None:
+    """onnx's own reference evaluator (pure Python, no runtime): both graphs, same logits."""
+    from onnx.reference import ReferenceEvaluator
+
+    spec = get_spec("tiny")
+    n = 5
+    feeds: dict[str, np.ndarray] = {
+        "input_ids": np.array([[1, 70, 80, 90, 100]], dtype=np.int64),
+        "attention_mask": np.ones((1, n), dtype=np.int64),
+        "position_ids": np.arange(n, dtype=np.int64).reshape(1, n),
+    }
+    for i in range(spec.n_layer):
+        for t in ("key", "value"):
+            feeds[f"past_key_values.{i}.{t}"] = np.zeros(
+                (1, spec.n_head_kv, 0, spec.head_dim), np.float32
+            )
+    logits: dict[str | None, np.ndarray] = {}
+    for variant in (None, "data-dependent-shape"):
+        path = build_fixture(spec, "onnx", "f32", variant, root=tmp_path).path
+        out: Any = ReferenceEvaluator(str(path)).run(["logits"], feeds)
+        logits[variant] = np.asarray(out[0])
+    np.testing.assert_array_equal(logits["data-dependent-shape"], logits[None])
+    assert logits[None].shape == (1, n, spec.vocab_size)
+
+
+def test_shape_variants_have_their_own_cache_keys() -> None:
+    spec = get_spec("tiny")
+    keys = {
+        json.dumps(oe.export_key(spec, "f32", v), sort_keys=True)
+        for v in (None, "fixed-shape", "data-dependent-shape")
+    }
+    assert len(keys) == 3
+
+
+# -- ORT runs in a child process -------------------------------------------------------------
+CHILD = "tests.helpers.child_misbehaves"
+
+
+@pytest.fixture
+def crashing_quantizer(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every ORT call of the exporter goes to a child that dies of SIGSEGV."""
+    monkeypatch.chdir(repo)
+    monkeypatch.setattr(oe, "_MODULE", CHILD)
+    monkeypatch.setenv("RTMATRIX_TEST_CHILD_MODE", "segv")
+
+
+@pytest.mark.usefixtures("crashing_quantizer")
+def test_a_quantizer_crash_is_a_fixture_error_naming_the_fixture(tmp_path: Path) -> None:
+    with pytest.raises(FixtureError) as info:
+        build_fixture(get_spec("tiny"), "onnx", "int8", root=tmp_path)
+    msg = str(info.value)
+    assert "ONNX fixture tiny/int8 failed in its child process (killed by SIGSEGV)" in msg
+    assert [p.name for p in tmp_path.iterdir()] == []  # no half-built entry left in the cache
+
+
+@pytest.mark.usefixtures("crashing_quantizer")
+def test_a_crash_computing_the_int8_reference_weights_is_a_fixture_error() -> None:
+    with pytest.raises(FixtureError, match=r"quantize_data.*\(killed by SIGSEGV\)"):
+        oe.stored_weights(make_weights(get_spec("tiny")), "int8")
+
+
+def test_f32_stored_weights_start_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(oe, "run_child", None)  # would raise TypeError if called
+    w = make_weights(get_spec("tiny"))
+    assert oe.stored_weights(w, "f32") is w
+
+
+def test_int8_of_non_finite_weights_needs_no_quantizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NaN matrix is all NaN (its scale is NaN); only the finite ones go to the child."""
+    sent: list[list[str]] = []
+
+    def record(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        sent.append(list(w))
+        return {}
+
+    monkeypatch.setattr(oe, "_dequantize_in_child", record)
+    w = make_weights(get_spec("tiny"))
+    w["blk.0.attn_q.weight"] = np.full_like(w["blk.0.attn_q.weight"], np.nan)
+    out = oe.stored_weights(w, "int8")
+    assert np.isnan(out["blk.0.attn_q.weight"]).all()
+    assert "blk.0.attn_q.weight" not in sent[0] and "blk.1.attn_q.weight" in sent[0]
+    assert "token_embd.weight" not in sent[0]  # not a MatMul weight: stays fp32

@@ -1,5 +1,6 @@
-"""Partitions, boundary tensors and bytes per token on small hand-built graphs; time per partition
-from synthetic profiling events; delegate-on vs control pairing; the partition fixtures."""
+"""Partitions, boundary tensors and bytes per token on small hand-built graphs; delegate-on vs
+control pairing; the OpenVINO row's pure helpers; the partition fixtures. (ORT's profiling events:
+``test_onnxruntime_profile.py``.)"""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtmatrix.adapters.onnxruntime_openvino import OV, ov_entry, precision_record
 from rtmatrix.metrics import partitions as pt
 from rtmatrix.metrics.partitions import CPU, Graph, Node
+from rtmatrix.runtimes.onnxruntime_openvino.adapter import OV, ov_entry, precision_record
 
 D = "DelegateEP"
 
@@ -224,64 +225,6 @@ def test_declared_shapes_skip_unbound_symbols() -> None:
     assert "a" not in pt.declared_shapes(model, {"batch": 1})
 
 
-# -- time per partition from profiling events ----------------------------------------------------
-def _events() -> list[dict[str, Any]]:
-    def node(name: str, ts: float, dur: float, provider: str, op_name: str) -> dict[str, Any]:
-        args = {"provider": provider, "op_name": op_name}
-        return {"cat": "Node", "name": name, "ts": ts, "dur": dur, "args": args}
-
-    run = {"cat": "Session", "name": "model_run"}
-    return [
-        run | {"ts": 0, "dur": 100},
-        node(f"{D}_Sub-EP-subgraph_7_0_kernel_time", 5, 30, D, "Sub-EP-subgraph_7"),
-        node("B_kernel_time", 40, 10, CPU, "FastGelu"),
-        node(f"{D}_Sub-EP-subgraph_8_1_kernel_time", 55, 20, D, "Sub-EP-subgraph_8"),
-        node("mystery_kernel_time", 80, 5, CPU, "Foo"),
-        run | {"ts": 200, "dur": 50},
-        node(f"{D}_Sub-EP-subgraph_7_0_kernel_time", 205, 3, D, "Sub-EP-subgraph_7"),
-        node("B/SomeFusion/_kernel_time", 210, 4, CPU, "FusedOp"),
-        {"cat": "Node", "name": "B_fence_before", "ts": 209, "dur": 1},
-    ]
-
-
-def test_partition_times_per_run() -> None:
-    parts = pt.build_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
-    ev = _events()
-    runs = pt.profile_runs(ev)
-    assert [len(r) for r in runs] == [4, 2]
-    assert pt.run_durations(ev) == [100.0, 50.0]
-    times, other, missed = pt.partition_times(runs[0], parts)
-    assert times == {"P0": 30.0, "P1": 10.0, "P2": 20.0}
-    assert other == 5.0 and missed == ["mystery_kernel_time"]
-    assert [p.subgraph for p in parts] == ["Sub-EP-subgraph_7", None, "Sub-EP-subgraph_8"]
-    times, other, _ = pt.partition_times(runs[1], parts)
-    assert times == {"P0": 3.0, "P1": 4.0, "P2": 0.0} and other == 0.0
-
-
-def test_fused_node_args_read_what_ort_hands_the_subgraph() -> None:
-    parts = pt.build_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
-    runs = pt.profile_runs(_events())
-    pt.partition_times(runs[0], parts)  # names the subgraphs
-    ev = dict(runs[0][0])
-    ev["args"] = ev["args"] | {
-        "input_type_shape": [{"float": [1, 4, 8]}, {"float": [8, 16]}],
-        "output_type_shape": [{"float": [1, 4, 16]}],
-        "parameter_size": "512",
-        "activation_size": "128",
-        "output_size": "256",
-    }
-    args = pt.fused_node_args([ev, *runs[0][1:]], parts)
-    assert args["P0"] == {
-        "inputs": 2,
-        "outputs": 1,
-        "parameter_bytes": 512,
-        "activation_bytes": 128,
-        "output_bytes": 256,
-    }
-    assert args["P2"] == {"inputs": 0, "outputs": 0}  # no sizes in that event
-    assert "P1" not in args  # a CPU node, not a fused subgraph
-
-
 def test_summarize_reports_time_inside_and_outside_partitions() -> None:
     g = chain()
     parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
@@ -363,7 +306,7 @@ def test_without_the_openvino_build_the_row_is_unavailable_with_the_fix() -> Non
     if OV in ort.get_available_providers():
         pytest.skip("this venv has onnxruntime-openvino")
     from rtmatrix.adapters.base import RuntimeUnavailable
-    from rtmatrix.adapters.onnxruntime_openvino import OrtOpenVinoAdapter
+    from rtmatrix.runtimes.onnxruntime_openvino.adapter import OrtOpenVinoAdapter
 
     with pytest.raises(RuntimeUnavailable, match=r"rtmatrix\[onnxruntime-openvino\]"):
         OrtOpenVinoAdapter().import_runtime()

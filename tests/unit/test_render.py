@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from rtmatrix.names import Scenario
 from rtmatrix.report import lifecycle, partitions, render_report
 from rtmatrix.report.render import fmt_value, render_html
 from rtmatrix.report.views import (
     ROWS,
-    SCENARIOS,
     SOURCES,
     Notes,
     Table,
@@ -209,15 +209,27 @@ def _numbers_marked(table: Table) -> list[str]:
     ]
 
 
-def test_scenario_of_reads_metrics_then_fixture_name() -> None:
-    from rtmatrix.scenarios import SCENARIO_NAMES
-
-    assert tuple(SCENARIO_NAMES) == SCENARIOS
+def test_scenario_of_reads_the_record_then_the_metric_families() -> None:
     run = lifecycle_run()
     assert [scenario_of(c) for c in run["cells"]] == [None, "stream", "cancel", "serve", "serve"]
+    assert all(isinstance(scenario_of(c), Scenario) for c in run["cells"][1:])
     plain = copy.deepcopy(run["cells"][0])
     plain["fixture"]["scenario"] = "generate"  # a record that names it wins
     assert scenario_of(plain) is None
+    # the cell's own field wins over the fixture's and over its metrics
+    named = copy.deepcopy(run["cells"][1]) | {"scenario": "cancel"}
+    assert scenario_of(named) is Scenario.CANCEL
+    assert scenario_of(named | {"scenario": "generate"}) is None
+    # an older record without either: the metric families say which scenario ran
+    older = copy.deepcopy(run["cells"][3])
+    older.pop("scenario", None)
+    older["fixture"].pop("scenario", None)
+    older["metrics"]["lifecycle_checks"].pop("scenario")
+    assert scenario_of(older) is Scenario.SERVE
+    # no fixture-name guessing: a failed cell named "tiny-serve" with nothing recorded is plain
+    gone = copy.deepcopy(run["cells"][4])
+    del gone["scenario"]
+    assert gone["fixture"]["name"] == "tiny-serve" and scenario_of(gone) is None
 
 
 def test_lifecycle_panel_cards_tables_and_plots() -> None:
@@ -286,6 +298,7 @@ def test_lifecycle_panel_survives_missing_and_odd_data() -> None:
     bare["key"] = "llama_cpp|tiny-cancel-bare/f32|x"
     bare["fixture"]["name"] = "tiny-cancel-bare"
     bare["metrics"] = {}
+    bare["scenario"] = "cancel"  # the record says what it ran: nothing else would tell
     run["cells"].append(bare)
     html = render_html([run])
     assert "no data: the cell ended with outcome ok before the cancel scenario measured" in html

@@ -15,7 +15,7 @@ import pytest
 
 from rtmatrix.adapters.base import RuntimeUnavailable
 from rtmatrix.outcome import Source, Status
-from rtmatrix.protocol import WorkerResult
+from rtmatrix.protocol import Job, JobParams, WorkerResult
 from rtmatrix.runner import CellOutcome, refine
 from rtmatrix.scenarios import cancel, run_scenario, scenario_metrics, serve, stream
 from rtmatrix.scenarios.trace import (
@@ -159,28 +159,48 @@ class FakeBackend:
     def state(self) -> dict[str, int | None]:
         return {"state_bytes": 17 + 10 * self.held, "kv_pos_max": self.held - 1}
 
-    def prefill_abort(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
-        return {"aborted": False, "prefill_s": 0.001, "why": "fake prefill cannot be aborted"}
-
 
 class FakeAdapter:
+    """No capability at all."""
+
     name = "fake"
     vocab_size = 512
 
 
-def _job(**options: Any) -> dict[str, Any]:
+class FakeStreamingAdapter(FakeAdapter):
+    """Offers Streaming (``be``) and Abortable (a prefill that cannot be stopped)."""
+
+    def __init__(self, be: FakeBackend) -> None:
+        self.be = be
+
+    def stream_backend(self) -> FakeBackend:
+        return self.be
+
+    def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
+        return {"aborted": False, "prefill_s": 0.001, "why": "fake prefill cannot be aborted"}
+
+
+class FakeStreamingOnlyAdapter(FakeAdapter):
+    """Offers Streaming but not Abortable."""
+
+    def __init__(self, be: FakeBackend) -> None:
+        self.be = be
+
+    def stream_backend(self) -> FakeBackend:
+        return self.be
+
+
+def _job(warmup: int = 0, **options: Any) -> Job:
     base = {"cancel_cycles": 3, "cancel_after_tokens": 3, "cancel_prefill_attempts": 1}
-    return {
-        "params": {"n_ctx": 64, "threads": 1, "prompt_tokens": 4, "gen_tokens": 8},
-        "options": base | options,
-        "timeout_s": 60,
-    }
+    params = JobParams(
+        n_ctx=64, threads=1, prompt_tokens=4, gen_tokens=8, repetitions=1, warmup=warmup
+    )
+    return Job(adapter="test", model_path="m", params=params, options=base | options, timeout_s=60)
 
 
-def _run_cancel(monkeypatch: pytest.MonkeyPatch, be: FakeBackend, **options: Any) -> dict[str, Any]:
-    monkeypatch.setattr(cancel, "backend_for", lambda adapter, scenario: be)
+def _run_cancel(be: FakeBackend, **options: Any) -> dict[str, Any]:
     marks: list[str] = []
-    adapter: Any = FakeAdapter()
+    adapter: Any = FakeStreamingAdapter(be)
     result = cancel.run(adapter, _job(**options), [1, 5, 6, 7], [2], lambda n, t: marks.append(n))
     assert marks == ["first_token"]
     return result
@@ -190,8 +210,8 @@ def _checks(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in result["checks"]}
 
 
-def test_cancel_stops_within_one_token_and_reclaims(monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_cancel(monkeypatch, FakeBackend())
+def test_cancel_stops_within_one_token_and_reclaims() -> None:
+    result = _run_cancel(FakeBackend())
     checks = _checks(result)
     failed = {n: c["detail"] for n, c in checks.items() if not c["ok"]}
     assert failed == {}
@@ -220,8 +240,8 @@ def test_cancel_stops_within_one_token_and_reclaims(monkeypatch: pytest.MonkeyPa
     assert m["ttft_s"].value is None and "cancel_*" in (m["ttft_s"].reason or "")
 
 
-def test_cancel_detects_a_runtime_that_ignores_the_stop(monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_cancel(monkeypatch, FakeBackend(deaf=True), cancel_modes=["stop"])
+def test_cancel_detects_a_runtime_that_ignores_the_stop() -> None:
+    result = _run_cancel(FakeBackend(deaf=True), cancel_modes=["stop"])
     checks = _checks(result)
     assert not checks["cancel_stop_took_effect"]["ok"]
     assert not checks["cancel_stop_tokens_after_bounded"]["ok"]
@@ -230,10 +250,8 @@ def test_cancel_detects_a_runtime_that_ignores_the_stop(monkeypatch: pytest.Monk
     assert out.status is Status.WRONG_OUTPUT and "cancel_stop_took_effect" in out.message
 
 
-def test_cancel_detects_state_not_released(monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_cancel(
-        monkeypatch, FakeBackend(leak=True), cancel_modes=["stop"], cancel_cycles=6
-    )
+def test_cancel_detects_state_not_released() -> None:
+    result = _run_cancel(FakeBackend(leak=True), cancel_modes=["stop"], cancel_cycles=6)
     checks = _checks(result)
     assert not checks["cancel_stop_state_bytes_reclaimed"]["ok"]
     assert not checks["cancel_stop_kv_pos_max_reclaimed"]["ok"]
@@ -243,12 +261,9 @@ def test_cancel_detects_state_not_released(monkeypatch: pytest.MonkeyPatch) -> N
     assert growth.source is Source.OS_ACCOUNTING
 
 
-def test_warmup_cycles_are_checked_but_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    be = FakeBackend()
-    monkeypatch.setattr(cancel, "backend_for", lambda adapter, scenario: be)
-    job = _job(cancel_modes=["stop"])
-    job["params"]["warmup"] = 2
-    adapter: Any = FakeAdapter()
+def test_warmup_cycles_are_checked_but_not_counted() -> None:
+    job = _job(warmup=2, cancel_modes=["stop"])
+    adapter: Any = FakeStreamingAdapter(FakeBackend())
     result = cancel.run(adapter, job, [1, 5, 6, 7], [2], lambda n, t: None)
     cycles = result["modes"]["stop"]["cycles"]
     assert [c["counted"] for c in cycles] == [False, False, True, True, True]
@@ -269,17 +284,28 @@ def test_cancel_records_a_missing_mode_as_unavailable(monkeypatch: pytest.Monkey
     be = FakeBackend()
     monkeypatch.setattr(be, "cancel_modes", {"stop": "hook"})
     monkeypatch.setattr(be, "missing_modes", {"close": "no stream object to close"})
-    result = _run_cancel(monkeypatch, be)
+    result = _run_cancel(be)
     assert result["modes"]["close"] == {"unavailable": "no stream object to close"}
     m = scenario_metrics("cancel", result)
     assert m["cancel_close_stop_latency_s"].reason == "no stream object to close"
 
 
+def test_cancel_without_abortable_skips_only_the_mid_prefill_probe() -> None:
+    adapter: Any = FakeStreamingOnlyAdapter(FakeBackend())
+    result = cancel.run(adapter, _job(cancel_modes=["stop"]), [1, 5, 6, 7], [2], lambda n, t: None)
+    assert result["modes"]["stop"]["cycles"]
+    m = scenario_metrics("cancel", result)
+    assert m["cancel_stop_stop_latency_s"].value is not None
+    reason = m["cancel_prefill_latency_s"].reason or ""
+    assert "does not offer the Abortable capability" in reason and "abort_prefill" in reason
+    assert "cancel_prefill_context_usable" not in _checks(result)
+
+
 def test_cancel_options_are_validated() -> None:
     with pytest.raises(ValueError, match="cancel_modes"):
-        cancel.options({"options": {"cancel_modes": ["yank"]}})
+        cancel.options(_job(cancel_modes=["yank"]))
     with pytest.raises(ValueError, match="cancel_cycles"):
-        cancel.options({"options": {"cancel_cycles": 1}})
+        cancel.options(_job(cancel_cycles=1))
 
 
 def test_stream_metrics_from_a_result() -> None:
@@ -312,11 +338,13 @@ def test_stream_metrics_from_a_result() -> None:
     assert empty["stream_ttft_s"].value is None and empty["stream_token_gap_p90_s"].reason
 
 
-def test_unknown_runtime_and_scenario_are_unavailable() -> None:
-    job = {"params": {"n_ctx": 64, "gen_tokens": 4}, "options": {}}
-    with pytest.raises(RuntimeUnavailable, match="no streaming backend"):
+def test_a_runtime_without_the_capability_is_unavailable_and_says_which() -> None:
+    job = _job()
+    with pytest.raises(RuntimeUnavailable, match=r"'stream': runtime 'fake' .* Streaming capab"):
         stream.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
-    with pytest.raises(RuntimeUnavailable, match="server"):
+    with pytest.raises(RuntimeUnavailable, match=r"'cancel': runtime 'fake' .* Streaming capab"):
+        cancel.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeUnavailable, match=r"'serve': runtime 'fake' .* Serving capab"):
         serve.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
     with pytest.raises(RuntimeUnavailable, match="not available"):
         run_scenario("juggle", FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
@@ -439,11 +467,11 @@ def test_serve_metrics_from_a_result() -> None:
         and "serve_startup_s" in m["cold_start_first_token_s"].reason
     )
     with pytest.raises(ValueError, match="serve_concurrency"):
-        serve.options({"options": {"serve_concurrency": [0]}})
+        serve.options(_job(serve_concurrency=[0]))
 
 
 def test_every_scenario_metric_is_schema_shaped(monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_cancel(monkeypatch, FakeBackend())
+    result = _run_cancel(FakeBackend())
     for name, metric in scenario_metrics("cancel", result).items():
         d = metric.to_dict()
         assert d["source"] in {s.value for s in Source}, name

@@ -12,7 +12,8 @@ from rtmatrix.results.stats import (
     min_p_value,
 )
 
-# (x, y, U of x, two-sided p) from scipy.stats.mannwhitneyu 1.17.1 (method "auto")
+# (x, y, U of x, two-sided p) recorded from scipy.stats.mannwhitneyu 1.17.1 (method "auto"); the
+# wrapper must keep giving them (a scipy that changed "auto" or the corrections would show here)
 KNOWN = [
     # exact distribution (no ties, a sample of at most 8)
     ([1, 2, 3], [4, 5, 6], 0.0, 0.1),

@@ -18,13 +18,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtmatrix.adapters import tvm as tvm_adapter
 from rtmatrix.fixtures import build_fixture, get_format
 from rtmatrix.fixtures import tvm_export as te
 from rtmatrix.fixtures import tvm_model as tm
 from rtmatrix.fixtures.cache import CachedArtifact
 from rtmatrix.fixtures.model import make_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
+from rtmatrix.fixtures.variants import FIXED_SHAPE_PROMPT_TOKENS
+from rtmatrix.runtimes.tvm import adapter as tvm_adapter
 
 needs_tvm = pytest.mark.skipif(find_spec("tvm") is None, reason="apache-tvm is not installed")
 
@@ -228,3 +229,22 @@ def test_a_cached_artifact_is_not_compiled_again(
     assert not again.built and again.path == tiny_artifact.path
     assert again.path.stat().st_mtime_ns == mtime
     assert again.manifest["sha256"] == tiny_artifact.manifest["sha256"]
+
+
+def test_shape_variants_in_the_registry() -> None:
+    fmt = get_format("tvm")
+    assert fmt is not None and "fixed-shape" in fmt.format_variants
+    assert "data-dependent-shape" not in fmt.format_variants
+    assert "symbolic shapes" in fmt.cannot_express["data-dependent-shape"]
+
+
+@needs_tvm
+def test_fixed_shape_compiles_prefill_for_one_length(tmp_path: Path) -> None:
+    art = build_fixture(get_spec("tiny"), "tvm", "f32", "fixed-shape", root=tmp_path)
+    spec_doc = json.loads((art.path.parent / te.SPEC_FILE).read_text("utf-8"))
+    n = FIXED_SHAPE_PROMPT_TOKENS
+    assert spec_doc["config"]["prefill_tokens"] == n  # what JIT mode compiles from, too
+    assert spec_doc["functions"]["prefill"].startswith(f"(ids int32[{n}], ")
+    assert spec_doc["functions"]["decode"].startswith("(ids int32[1], ")
+    plain = tm.model_config(get_spec("tiny"))
+    assert "prefill_tokens" not in plain  # every other fixture keeps a symbolic prefill length

@@ -1,4 +1,7 @@
-"""Runtime adapters: one abstract base class, one module per runtime, a lazy registry."""
+"""Runtime adapters: one abstract base class, a lazy registry, the capability protocols.
+
+The built-in adapters live in ``rtmatrix.runtimes.<name>``, one folder per runtime.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +14,29 @@ from rtmatrix.adapters.base import (
     load_adapter_class,
     resolve_adapter,
 )
+from rtmatrix.adapters.capabilities import (
+    Abortable,
+    Placement,
+    ServerDriver,
+    ServerLaunch,
+    Serving,
+    StreamBackend,
+    Streaming,
+)
 
 __all__ = [
     "BUILTIN_ADAPTERS",
+    "Abortable",
     "Adapter",
     "AdapterError",
     "LoadParams",
+    "Placement",
     "RuntimeUnavailable",
+    "ServerDriver",
+    "ServerLaunch",
+    "Serving",
+    "StreamBackend",
+    "Streaming",
     "load_adapter_class",
     "resolve_adapter",
 ]

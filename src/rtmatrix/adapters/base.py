@@ -1,9 +1,12 @@
 """The adapter contract every runtime row implements, and the registry that finds adapters.
 
 The registry maps names to ``"module:Class"`` strings and imports nothing until a worker asks for
-an adapter; third-party adapters come in through the entry-point group ``rtmatrix.adapters`` or a
+an adapter; the built-in ones live in ``rtmatrix/runtimes/<name>/adapter.py``, one folder per
+runtime; third-party adapters come in through the entry-point group ``rtmatrix.adapters`` or a
 ``"module:Class"`` string in the matrix file. Adapter modules import their runtime inside
-``import_runtime`` only, so importing an adapter class never imports a runtime.
+``import_runtime`` only, so importing an adapter class never imports a runtime. What a runtime can
+do beyond this contract (stream, abort, serve, report placement) it declares through the
+capability protocols of :mod:`rtmatrix.adapters.capabilities`.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from numpy.typing import NDArray
 ENTRY_POINT_GROUP = "rtmatrix.adapters"
 
 BUILTIN_ADAPTERS: dict[str, str] = {
-    "llama_cpp": "rtmatrix.adapters.llama_cpp:LlamaCppAdapter",
-    "onnxruntime": "rtmatrix.adapters.onnxruntime:OrtAdapter",
-    "onnxruntime_genai": "rtmatrix.adapters.onnxruntime_genai:OrtGenaiAdapter",
-    "onnxruntime_openvino": "rtmatrix.adapters.onnxruntime_openvino:OrtOpenVinoAdapter",
-    "tvm": "rtmatrix.adapters.tvm:TvmAdapter",
+    "llama_cpp": "rtmatrix.runtimes.llama_cpp.adapter:LlamaCppAdapter",
+    "onnxruntime": "rtmatrix.runtimes.onnxruntime.adapter:OrtAdapter",
+    "onnxruntime_genai": "rtmatrix.runtimes.onnxruntime_genai.adapter:OrtGenaiAdapter",
+    "onnxruntime_openvino": "rtmatrix.runtimes.onnxruntime_openvino.adapter:OrtOpenVinoAdapter",
+    "tvm": "rtmatrix.runtimes.tvm.adapter:TvmAdapter",
 }
 
 
@@ -61,6 +64,9 @@ class Adapter(ABC):
     extra: ClassVar[str]
     #: the model container it reads (``gguf``, ``onnx``, ...)
     container: ClassVar[str]
+    #: ``(error kind, regex)`` pairs for the messages this runtime prints, tried before the
+    #: generic ones of :mod:`rtmatrix.errorkinds` (kinds: :class:`rtmatrix.outcome.ErrorKind`)
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """The row's ``options``, given before :meth:`import_runtime` (some adapters choose what
@@ -107,12 +113,12 @@ class Adapter(ABC):
 
     @abstractmethod
     def evidence(self) -> dict[str, Any]:
-        """Debug facilities and placement evidence: system info, devices, log excerpts.
+        """Debug facilities and other evidence: system info, devices, log excerpts.
 
-        A ``"placement"`` entry ``{"requested": [...], "used": [...], "fallback": bool, ...}``
-        tells the runner where the work ran; ``fallback: true`` makes the cell's outcome
-        ``fallback`` (it ran, but not where it was asked to). ``"debug_facilities"`` lists what
-        this runtime version offers for debugging (probed, not hard-coded)."""
+        ``"debug_facilities"`` lists what this runtime version offers for debugging (probed, not
+        hard-coded). Where the work ran comes from the ``Placement`` capability
+        (:class:`rtmatrix.adapters.capabilities.Placement`); a ``"placement"`` entry here is
+        still honoured for adapters without it."""
 
     @abstractmethod
     def close(self) -> None:

@@ -25,6 +25,7 @@ from rtmatrix.matrix.targets import (
     row_targets,
 )
 from rtmatrix.metrics.power import PowerConfigError, normalize_config
+from rtmatrix.names import Scenario
 from rtmatrix.outcome import ErrorKind, Expect, Status, Verdict
 
 RUN_DEFAULTS: dict[str, Any] = {
@@ -81,8 +82,6 @@ FIXTURE_KEYS = (
     "options",
     "scenario",
 )
-# what a cell does with the loaded model: the plain timed generation, or a lifecycle scenario
-SCENARIOS = ("generate", "stream", "cancel", "serve")
 
 
 class MatrixError(ValueError):
@@ -117,7 +116,7 @@ class FixtureEntry:
     run: dict[str, Any] = field(default_factory=dict)
     verdicts: dict[str, str] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # merged over the runtime's options
-    scenario: str = "generate"
+    scenario: str = Scenario.GENERATE.value
     expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
 
     @property
@@ -386,12 +385,12 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             ctx, ctx.table(entry.get("run", {}), f"{where}.run"), f"{where}.run", defaults={}
         ),
         "options": ctx.table(entry.get("options", {}), f"{where}.options"),
-        "scenario": entry.get("scenario", "generate"),
+        "scenario": entry.get("scenario", Scenario.GENERATE.value),
     }
-    if extra["scenario"] not in SCENARIOS:
+    if extra["scenario"] not in tuple(Scenario):
         raise ctx.fail(
             f"{where}.scenario",
-            f"unknown scenario {extra['scenario']!r}; valid: {', '.join(SCENARIOS)}",
+            f"unknown scenario {extra['scenario']!r}; valid: {', '.join(Scenario)}",
         )
     if "path" in entry:
         name = entry.get("name")

@@ -13,9 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtmatrix.names import M, Scenario
 from rtmatrix.report import plots
 from rtmatrix.report.views import (
-    SCENARIOS,
     Column,
     Notes,
     Part,
@@ -39,9 +39,11 @@ _MODE_KEYS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth
 _MODE = re.compile(rf"^cancel_([a-z0-9]+)_(?:{'|'.join(_MODE_KEYS)}|to_last_token_s)$")
 _LEVEL = re.compile(r"^serve_c(\d+)_")
 SCENARIO_HELP = {
-    "stream": "tokens streamed through the runtime's own streaming API",
-    "cancel": "a long generation cancelled after k tokens, cycle after cycle, per cancel mode",
-    "serve": "the runtime's own server on loopback, with concurrent streaming clients",
+    Scenario.STREAM: "tokens streamed through the runtime's own streaming API",
+    Scenario.CANCEL: (
+        "a long generation cancelled after k tokens, cycle after cycle, per cancel mode"
+    ),
+    Scenario.SERVE: "the runtime's own server on loopback, with concurrent streaming clients",
 }
 
 
@@ -103,7 +105,7 @@ def _num(metric: dict[str, Any] | None, key: str = "value") -> float | None:
 
 def _checks(cell: dict[str, Any]) -> list[Check]:
     out = []
-    for c in as_list(as_dict(_m(cell, "lifecycle_checks")).get("checks")):
+    for c in as_list(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("checks")):
         if isinstance(c, dict):
             ok = c.get("ok")
             out.append(
@@ -202,7 +204,7 @@ def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
         verdict = (
             Value(
                 f"{len(mode_checks) - len(failed)}/{len(mode_checks)} ok",
-                str(as_dict(_m(cell, "lifecycle_checks")).get("source") or "harness-clock"),
+                str(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("source") or "harness-clock"),
                 "; ".join(f"{c.name}: {c.detail}" for c in mode_checks),
                 None,
                 "v-FAIL" if failed else "v-PASS",
@@ -430,13 +432,13 @@ def _t(value: Any) -> float | None:
 def _traces(cell: dict[str, Any], card: Card) -> None:
     traces = [
         t
-        for t in as_list(as_dict(_m(cell, "lifecycle_checks")).get("traces"))
+        for t in as_list(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("traces"))
         if isinstance(t, dict)
     ]
     card.traces_total = len(traces)
     if not traces:
         return
-    src = str(as_dict(_m(cell, "lifecycle_checks")).get("source") or "harness-clock")
+    src = str(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("source") or "harness-clock")
     rows = []
 
     def since(tr: dict[str, Any], key: str, base_key: str = "queued") -> Value:
@@ -486,12 +488,13 @@ def _traces(cell: dict[str, Any], card: Card) -> None:
 
 
 def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes: Notes) -> Card:
-    scenario = scenario_of(cell) or "?"
+    found = scenario_of(cell)
+    scenario = found.value if found is not None else "?"
     outcome = as_dict(cell.get("outcome"))
     label = fixture_label(cell)
     if vary:
         label += f" {params_label(cell, vary)}"
-    lc = _m(cell, "lifecycle_checks")
+    lc = _m(cell, M.LIFECYCLE_CHECKS)
     card = Card(
         anchor,
         col.label,
@@ -505,7 +508,7 @@ def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes
     )
     card.checks = _checks(cell)
     if lc is not None:
-        v = metric_value(lc, notes, "lifecycle_checks")
+        v = metric_value(lc, notes, M.LIFECYCLE_CHECKS)
         failed = any(c.ok is False for c in card.checks)
         card.checks_value = Value(
             v.text,
@@ -522,7 +525,8 @@ def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes
         card.note = f"no data: {why}" + (f" ({card.message})" if card.message else "")
         card.checks_value = unavailable(why, notes)
         return card
-    {"stream": _stream, "cancel": _cancel, "serve": _serve}.get(scenario, _none)(cell, card, notes)
+    views = {Scenario.STREAM: _stream, Scenario.CANCEL: _cancel, Scenario.SERVE: _serve}
+    (_none if found is None else views.get(found, _none))(cell, card, notes)
     _traces(cell, card)
     return card
 
@@ -542,7 +546,8 @@ def panel(cols: list[Column], notes: Notes) -> Panel:
     if not cards:
         note = (
             "no data: no cell ran a lifecycle scenario; give a fixture "
-            f"scenario = {' | '.join(repr(s) for s in SCENARIOS)} (see matrix/lifecycle.toml)"
+            f"scenario = {' | '.join(repr(s.value) for s in Scenario.lifecycle())} "
+            "(see matrix/lifecycle.toml)"
         )
     figures = [plots.ttft_vs_concurrency(cols), plots.cancel_leak(cols)] if cards else []
     return Panel(cards, figures, note)

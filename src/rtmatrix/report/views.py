@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtmatrix.names import SCENARIO_PREFIX, M, Scenario
 from rtmatrix.outcome import Source, Verdict
 
 # Where a shown value came from: the metric sources, plus what the report derives itself.
@@ -38,10 +39,10 @@ SOURCES: dict[str, tuple[str, str]] = {
 FIXTURE_ARCH = "llama"
 MAX_LISTED = 6  # per-cell values listed in a selection entry before it shows a range instead
 COLD_START = (
-    ("cold_start_process_s", "process"),
-    ("cold_start_import_s", "import"),
-    ("cold_start_load_s", "load"),
-    ("cold_start_first_token_s", "first token"),
+    (M.COLD_PROCESS, "process"),
+    (M.COLD_IMPORT, "import"),
+    (M.COLD_LOAD, "load"),
+    (M.COLD_FIRST_TOKEN, "first token"),
 )
 VERDICT_ORDER = (Verdict.FAIL, Verdict.WARN, Verdict.PASS, Verdict.UNAVAILABLE)
 
@@ -316,29 +317,37 @@ def cell_label(cell: dict[str, Any], vary: list[str]) -> str:
 # --- the selection matrix ------------------------------------------------------------------
 
 
-SCENARIOS = ("stream", "cancel", "serve")  # rtmatrix.scenarios.SCENARIO_NAMES
-_SCENARIO_IN_NAME = re.compile(r"(?:^|[-_./])(stream|cancel|serve)(?:$|[-_./])")
+def _scenario_named(value: object) -> Scenario | bool | None:
+    """A recorded scenario name: the lifecycle scenario, None for the plain generation, False
+    when nothing (or nothing known) is recorded."""
+    if value is None:
+        return False
+    try:
+        sc = Scenario(str(value))
+    except ValueError:
+        return False
+    return None if sc is Scenario.GENERATE else sc
 
 
-def scenario_of(cell: dict[str, Any]) -> str | None:
-    """The lifecycle scenario a cell ran, or None for the plain timed generation: the fixture's
-    ``scenario`` when the record has it, else the ``lifecycle_checks`` metric's, else the
-    scenario's own metric names, else a scenario word in the fixture name (a cell that failed
-    before measuring)."""
-    fx = as_dict(cell.get("fixture"))
-    if fx.get("scenario") in SCENARIOS:
-        return str(fx["scenario"])
-    if fx.get("scenario") is not None:
-        return None  # "generate", recorded
+def scenario_of(cell: dict[str, Any]) -> Scenario | None:
+    """The lifecycle scenario a cell ran, or None for the plain timed generation: the cell's
+    ``scenario`` when the record has it (the fixture's in older records, the ``lifecycle_checks``
+    metric's in older still), else which scenario's metric family the cell has
+    (``rtmatrix.names.SCENARIO_PREFIX``). A cell that ended before measuring in a record without
+    any of these counts as a plain generation."""
     metrics = as_dict(cell.get("metrics"))
-    named = as_dict(metrics.get("lifecycle_checks")).get("scenario")
-    if named in SCENARIOS:
-        return str(named)
-    for sc in SCENARIOS:
-        if any(str(k).startswith(f"{sc}_") for k in metrics):
+    for recorded in (
+        cell.get("scenario"),
+        as_dict(cell.get("fixture")).get("scenario"),
+        as_dict(metrics.get(M.LIFECYCLE_CHECKS)).get("scenario"),
+    ):
+        found = _scenario_named(recorded)
+        if found is not False:
+            return found if isinstance(found, Scenario) else None
+    for sc, prefix in SCENARIO_PREFIX.items():
+        if any(str(k).startswith(prefix) for k in metrics):
             return sc
-    found = _SCENARIO_IN_NAME.search(str(fx.get("name") or ""))
-    return found.group(1) if found else None
+    return None
 
 
 def normal_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -510,19 +519,19 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
 
 
 def _cold_start(col: Column, notes: Notes) -> list[Item]:
-    cells = [c for c in _headline(col) if c["metrics"].get("cold_start_total_s", {}).get("value")]
+    cells = [c for c in _headline(col) if c["metrics"].get(M.COLD_TOTAL, {}).get("value")]
     if not cells:
         why = "no cell reached its first token"
-        total = [c["metrics"].get("cold_start_total_s") for c in _headline(col)]
+        total = [c["metrics"].get(M.COLD_TOTAL) for c in _headline(col)]
         reasons = [str(m.get("reason")) for m in total if m and m.get("reason")]
         reason = reasons[0] if reasons else why
         return [Item("", (Part("", unavailable(f"{col.runtime}: {reason}", notes)),))]
     ref = cells[0]
     parts = [Part(label, metric_value(ref["metrics"].get(k), notes, k)) for k, label in COLD_START]
-    parts.append(Part("total", metric_value(ref["metrics"]["cold_start_total_s"], notes)))
+    parts.append(Part("total", metric_value(ref["metrics"][M.COLD_TOTAL], notes)))
     items = [Item(fixture_label(ref), tuple(parts))]
     if len(cells) > 1:
-        totals = [c["metrics"]["cold_start_total_s"] for c in cells]
+        totals = [c["metrics"][M.COLD_TOTAL] for c in cells]
         lo = min(totals, key=lambda m: float(m["value"]))
         hi = max(totals, key=lambda m: float(m["value"]))
         span = f"{fmt_value(lo)} … {fmt_value(hi)}" if lo is not hi else fmt_value(lo)
@@ -604,7 +613,11 @@ def _placement(col: Column, notes: Notes) -> list[Item]:
         )
         items.append(Item("partitions", (Part("", value),)))
     if not items:
-        why = f"the {col.runtime} adapter reports no placement evidence"
+        # the worker says which capability is missing (rtmatrix.adapters.capabilities.Placement)
+        said = {str(c["evidence"].get("placement_unavailable") or "") for _, c in col.cells}
+        why = "; ".join(sorted(said - {""})) or (
+            f"the {col.runtime} adapter reports no placement evidence"
+        )
         items.append(Item("", (Part("", unavailable(why, notes)),)))
     return items
 
@@ -619,20 +632,20 @@ def _lifecycle(col: Column, notes: Notes) -> list[Item]:
     items = []
     for sc, c in found:
         metrics = as_dict(c.get("metrics"))
-        lc = metrics.get("lifecycle_checks")
-        checks = metric_value(lc if isinstance(lc, dict) else None, notes, "lifecycle_checks")
+        lc = metrics.get(M.LIFECYCLE_CHECKS)
+        checks = metric_value(lc if isinstance(lc, dict) else None, notes, M.LIFECYCLE_CHECKS)
         passed = str(checks.text).split("/")
         if len(passed) == 2 and passed[0] != passed[1]:
             checks = Value(checks.text, checks.source, checks.title, checks.note, "v-FAIL")
         parts = [Part("checks", checks)]
-        if sc == "stream":
+        if sc is Scenario.STREAM:
             parts.append(Part("TTFT", metric_value(metrics.get("stream_ttft_s"), notes, "TTFT")))
-        elif sc == "cancel":
+        elif sc is Scenario.CANCEL:
             for key in metrics:
                 found_mode = re.fullmatch(r"cancel_([a-z0-9]+)_stop_latency_s", str(key))
                 if found_mode:
                     parts.append(Part(found_mode.group(1), metric_value(metrics[key], notes)))
-        elif sc == "serve":
+        elif sc is Scenario.SERVE:
             levels = sorted(
                 int(m.group(1))
                 for k in metrics
@@ -693,43 +706,39 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     (
         "package size",
         "bytes of the distribution's files",
-        lambda col, n: _first_metric(col, "package_size_bytes", n),
+        lambda col, n: _first_metric(col, M.PACKAGE_SIZE, n),
     ),
     ("cold start", "spawn → first token, split (one cell; plot for all)", _cold_start),
     (
         "peak memory",
         "ru_maxrss of the worker and sampled tree RSS",
-        _metric_row(
-            ("peak_rss_os_bytes", "OS"), ("peak_rss_sampled_bytes", "sampled"), what="memory"
-        ),
+        _metric_row((M.PEAK_RSS_OS, "OS"), (M.PEAK_RSS_SAMPLED, "sampled"), what="memory"),
     ),
     (
         "PP / TG tok/s",
         "prefill and decode throughput: harness clock and runtime counters",
         _metric_row(
-            ("pp_tps", "PP"),
-            ("pp_tps_counter", "PP ctr"),
-            ("tg_tps", "TG"),
-            ("tg_tps_counter", "TG ctr"),
+            (M.PP_TPS, "PP"),
+            (M.PP_TPS_COUNTER, "PP ctr"),
+            (M.TG_TPS, "TG"),
+            (M.TG_TPS_COUNTER, "TG ctr"),
             what="throughput",
         ),
     ),
     (
         "TTFT / TPOT",
         "time to first token; time per output token, p90",
-        _metric_row(
-            ("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("token_latency_p90_s", "p90"), what="latency"
-        ),
+        _metric_row((M.TTFT, "TTFT"), (M.TPOT, "TPOT"), (M.TOKEN_P90, "p90"), what="latency"),
     ),
     (
         "power",
         "mean power and energy per cell",
-        _metric_row(("power_w", "power"), ("energy_j", "energy"), what="power"),
+        _metric_row((M.POWER, "power"), (M.ENERGY, "energy"), what="power"),
     ),
     (
         "license",
         "from the distribution's metadata",
-        lambda col, n: _first_metric(col, "license", n),
+        lambda col, n: _first_metric(col, M.LICENSE, n),
     ),
     ("parity", "greedy tokens agreeing with the numpy reference", _parity),
     ("debugging", "debug facilities the runtime offers (probed)", _facilities),
@@ -775,6 +784,7 @@ KNOWN_EVIDENCE = {
     "warnings",
     "layer_placement",
     "placement",
+    "placement_unavailable",
     "devices",
     "system_info",
     "manifest",

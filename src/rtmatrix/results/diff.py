@@ -7,12 +7,15 @@ Cells are paired by ``key`` (runtime | fixture/dtype | parameter tag). Each pair
        and the outcome got worse (a clean ``error`` became a ``crash``, ``oom-killed`` or ``hang``)
 ``*``  fixed: the verdict, or with the same verdict the outcome, got better
 ``x``  not comparable: the machines differ (arch, CPU model, cores), the fixture's content hash or
-       the parameters differ, or a side is ``unavailable``; the reasons say which
+       the parameters differ, a side is ``unavailable``, or a side ran ``contended`` (the host was
+       busy outside the cell); the reasons say which
 ``-``  a checked metric got significantly worse;  ``+``  significantly better
 ``~``  a checked metric moved past its threshold, but within noise (the samples do not differ)
 ``=``  unchanged: every checked metric within its threshold
 ====  ==========================================================================================
 
+Figures are judged only on cells that ended ``ok`` on both sides (a cell killed or refused on
+both sides is ``=`` with that said).
 A cell's mark is its verdict change if there is one, else the worst mark of its *checked*
 metrics (``-`` before ``+`` before ``~`` before ``=``); every numeric metric is compared and listed
 with its own mark, checked or not. Cells found on one side only are listed apart.
@@ -24,6 +27,14 @@ medians at level 1 - alpha, else — fewer than 3 samples on a side — "too few
 never significant). A metric without samples (package size, peak RSS, cold start) is a single
 measurement and is judged by its threshold alone. Direction: higher is better for ``*_tps``,
 lower for time (``*_s``), memory and size (``*_bytes``), energy and power.
+
+**One process per side.** ``rtmatrix run`` runs each cell in one worker process, so a run
+record's samples are repetitions inside that one process: they do not see process-to-process
+variation (on a busy VM larger than a 10 % threshold), and a ``-``/``+`` from them says these two
+processes differ, not that the versions do. The diff says so, per cell (``processes``,
+``replication``) and once for the whole diff (``notes``), without changing any mark;
+``rtmatrix.results.paired`` judges K paired rounds of processes instead. A cell that pools
+several processes' repetitions says how many in its ``processes`` field (default 1).
 
 **Checks** (pytest-benchmark style, ``--fail METRIC:PCT``) set a metric's threshold and make it
 *checked*: its significant regression fails ``rtmatrix gate``. Defaults (``DEFAULT_CHECKS``):
@@ -44,7 +55,9 @@ noisy measurement per cell), energy and power 10 %; any other numeric metric 10 
      "runtime_versions": {name: {"distribution", "base", "candidate"}},
      "checks": [{"metric", "threshold", "gate", "direction"}],
      "counts": {"!": n, "*": n, "x": n, "-": n, "+": n, "~": n, "=": n},
+     "notes": [str],   # e.g. that the samples come from one process per side
      "cells": [{"key", "runtime", "mark", "reasons": [str],
+                "processes": {"base": n, "candidate": n}, "replication": str | null,
                 "base": {"verdict", "status", "message"}, "candidate": {...},
                 "metrics": [{"name", "unit", "mark", "base", "candidate", "change",
                              "direction", "threshold", "gate", "test", "p_value", "ci",
@@ -69,6 +82,7 @@ from rtmatrix.outcome import Status, Verdict
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
 DEFAULT_ALPHA = 0.01
+ONE_PROCESS = "within-process repetitions only; between-process variation not seen"
 MACHINE_FIELDS = ("arch", "cpu_model", "cores_logical", "cores_physical", "cpu_affinity")
 
 
@@ -83,6 +97,7 @@ class Mark(StrEnum):
 
 
 MARK_ORDER = tuple(Mark)  # the order of the counts and of the text output
+SIDES = ("base", "candidate")
 
 
 class Direction(StrEnum):
@@ -270,14 +285,18 @@ class Side:
     verdict: str
     status: str
     message: str
+    #: the error kind of a failed cell (``outcome.error_kind``), if classified
+    kind: str | None = None
 
     @classmethod
     def of(cls, cell: dict[str, Any]) -> Side:
         out = cell["outcome"]
-        return cls(cell["verdict"], out["status"], str(out.get("message", "")))
+        kind = out.get("error_kind")
+        return cls(cell["verdict"], out["status"], str(out.get("message", "")), kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "status": self.status, "message": self.message}
+        out = {"verdict": self.verdict, "status": self.status, "message": self.message}
+        return out | ({"kind": self.kind} if self.kind else {})
 
 
 @dataclass(frozen=True)
@@ -289,6 +308,19 @@ class CellDiff:
     candidate: Side
     reasons: list[str] = field(default_factory=list)
     metrics: list[MetricDiff] = field(default_factory=list)
+    processes: tuple[int, int] = (1, 1)  # worker processes behind each side's samples
+
+    @property
+    def replication(self) -> str | None:
+        """Which side's repeated samples all come from one worker process, or None (no repeated
+        samples were compared, or both sides pool several processes)."""
+        if not any(m.n_base > 1 or m.n_candidate > 1 for m in self.metrics):
+            return None
+        one = [side for side, n in zip(SIDES, self.processes, strict=True) if n <= 1]
+        if not one:
+            return None
+        where = "one process per side" if len(one) == 2 else f"one process in the {one[0]}"
+        return f"samples from {where}: {ONE_PROCESS}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -296,6 +328,8 @@ class CellDiff:
             "runtime": self.runtime,
             "mark": str(self.mark),
             "reasons": self.reasons,
+            "processes": dict(zip(SIDES, self.processes, strict=True)),
+            "replication": self.replication,
             "base": self.base.to_dict(),
             "candidate": self.candidate.to_dict(),
             "metrics": [m.to_dict() for m in self.metrics],
@@ -319,6 +353,19 @@ class RunDiff:
     @property
     def comparable(self) -> list[CellDiff]:
         return [c for c in self.cells if c.mark is not Mark.NOT_COMPARABLE]
+
+    def notes(self) -> list[str]:
+        """What the reader must know to weigh the marks (the pseudo-replication warning)."""
+        single = [c for c in self.cells if c.replication]
+        if not single:
+            return []
+        kinds = {c.replication for c in single}
+        what = single[0].replication if len(kinds) == 1 else None
+        what = what or f"samples from one process: {ONE_PROCESS}"
+        return [
+            f"{len(single)} of {len(self.cells)} paired cell(s): {what}, so a significant change"
+            " says these two processes differ, not that the versions do"
+        ]
 
     def runtime_versions(self) -> dict[str, dict[str, Any]]:
         b, c = self.base["runtimes"], self.candidate["runtimes"]
@@ -350,6 +397,7 @@ class RunDiff:
                 for c in self.checks.values()
             ],
             "counts": self.counts(),
+            "notes": self.notes(),
             "cells": [c.to_dict() for c in self.cells],
             "only_base": self.only_base,
             "only_candidate": self.only_candidate,
@@ -524,6 +572,14 @@ def _incomparable(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     return reasons
 
 
+def _kind_change(b: Side, c: Side) -> tuple[Mark, str] | None:
+    """The same verdict and outcome, but the runtime now fails for another reason: ``!`` unless
+    the candidate still PASSes (both kinds expected), which ``compare_cells`` notes instead."""
+    if not (b.kind and c.kind) or b.kind == c.kind or c.verdict == Verdict.PASS:
+        return None
+    return Mark.NEW_FAILURE, f"error kind {b.kind} -> {c.kind} (verdict {c.verdict} on both sides)"
+
+
 def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
     """``!`` or ``*`` with the reason, or None when verdict and outcome severity are unchanged."""
     rb, rc = _VERDICT_RANK[Verdict(b.verdict)], _VERDICT_RANK[Verdict(c.verdict)]
@@ -532,7 +588,7 @@ def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
         sb = _STATUS_SEVERITY.get(Status(b.status), _WORST)
         sc = _STATUS_SEVERITY.get(Status(c.status), _WORST)
         if sb == sc:
-            return None
+            return _kind_change(b, c)
         rb, rc = sb, sc
         what = f"outcome {b.status} -> {c.status} (verdict {b.verdict} on both sides)"
     return (Mark.NEW_FAILURE, what) if rc > rb else (Mark.FIXED, what)
@@ -551,6 +607,33 @@ def _metric_order(names: Iterable[str]) -> list[str]:
     return sorted(names, key=lambda n: (known.index(n) if n in known else len(known), n))
 
 
+def _one_process(m: MetricDiff, processes: tuple[int, int]) -> MetricDiff:
+    """A significant change found in one process's repetitions says so where it is reported."""
+    tested = m.test in (Method.MANN_WHITNEY, Method.BOOTSTRAP)
+    if m.mark not in (Mark.WORSE, Mark.BETTER) or not tested:
+        return m
+    where = "one process per side" if max(processes) <= 1 else "one process on a side"
+    return replace(m, note=f"{m.note}; samples from {where}")
+
+
+def sample_processes(cell: dict[str, Any]) -> int:
+    """How many worker processes a cell's samples pool: the cell's ``processes`` field, else 1
+    (``rtmatrix run`` runs each cell's repetitions in one worker process)."""
+    n = cell.get("processes", 1)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def contended_reasons(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    """Why a pair's figures cannot be judged: a side ran on a busy host (``contended``)."""
+    out = []
+    for side, cell in (("base", b), ("candidate", c)):
+        if cell.get("contended"):
+            busy = (cell.get("metrics", {}).get("host_busy_cores") or {}).get("value")
+            cores = f"{busy:.2f} cores" if isinstance(busy, int | float) else "CPU"
+            out.append(f"contended: {side} had {cores} busy outside the cell during its run")
+    return out
+
+
 def compare_cells(
     b: dict[str, Any],
     c: dict[str, Any],
@@ -565,13 +648,25 @@ def compare_cells(
     change = _outcome_change(sb, sc)
     if change is not None:
         return CellDiff(b["key"], b["runtime"], change[0], sb, sc, [change[1]])
+    if sb.kind and sc.kind and sb.kind != sc.kind:
+        why = f"error kind {sb.kind} -> {sc.kind} (both accepted: verdict {sc.verdict})"
+        return CellDiff(b["key"], b["runtime"], Mark.SAME, sb, sc, [why])
+    busy = contended_reasons(b, c)
+    if busy:
+        return CellDiff(b["key"], b["runtime"], Mark.NOT_COMPARABLE, sb, sc, busy)
+    if sb.status != "ok" or sc.status != "ok":
+        why = f"outcome {sb.status} -> {sc.status}: performance and memory are judged on ok cells"
+        return CellDiff(b["key"], b["runtime"], Mark.SAME, sb, sc, [why])
     mb, mc = b["metrics"], c["metrics"]
     metrics = [
         compare_metric(n, mb.get(n), mc.get(n), checks.get(n), alpha)
         for n in _metric_order(set(mb) | set(mc))
     ]
     notes = [] if sb.status == sc.status else [f"outcome {sb.status} -> {sc.status}"]
-    return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics)
+    processes = (sample_processes(b), sample_processes(c))
+    if min(processes) <= 1:
+        metrics = [_one_process(m, processes) for m in metrics]
+    return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics, processes)
 
 
 def run_info(run: dict[str, Any], path: str | None = None) -> dict[str, Any]:
@@ -733,4 +828,5 @@ def render_text(diff: RunDiff, verbose: bool = False) -> str:
             f"note: {len(few)} checked metric(s) moved but had too few samples to test; "
             "a gate needs repetitions >= 5 (Mann–Whitney) or >= 3 (bootstrap)"
         )
+    lines.extend(f"note: {n}" for n in diff.notes())
     return "\n".join(lines) + "\n"

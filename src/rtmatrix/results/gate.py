@@ -123,7 +123,7 @@ def _notes(diff: RunDiff) -> list[str]:
             f"{len(few)} checked metric(s) moved but had too few samples to test "
             "(use repetitions >= 5): " + ", ".join(few)
         )
-    return notes
+    return notes + diff.notes()
 
 
 def evaluate(diff: RunDiff) -> GateResult:

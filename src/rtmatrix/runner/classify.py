@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rtmatrix.outcome import Status
+from rtmatrix.outcome import ErrorKind, Status
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.process import Launch
 
@@ -132,6 +132,7 @@ def classify(
             phase=phase,
             exit_code=lau.returncode,
             signal=lau.signal,
+            error_kind=str(ErrorKind.OUT_OF_MEMORY) if oom else None,
         )
     what = f"an unreadable result ({problem})" if problem else "no result"
     return CellOutcome(

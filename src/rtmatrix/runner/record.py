@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from rtmatrix.fixtures import PreparedFixture, reference_for
+from rtmatrix.fixtures import FixtureError, PreparedFixture, reference_for
+from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
@@ -107,7 +108,10 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     if result is None or not result.reps:
         return parity.unavailable("the cell produced no counted generation to compare")
     p = fin.cell.params
-    ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container)
+    try:
+        ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container)
+    except (FixtureError, ExporterUnavailable) as exc:
+        return parity.unavailable(f"the numpy reference could not be built: {exc}")
     logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
     logits = np.load(logits_path) if logits_path and logits_path.exists() else None
     reps = result.reps

@@ -16,45 +16,36 @@ from collections.abc import Callable
 from typing import Any
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.names import GENERATE_ONLY, THROUGHPUT, M, Scenario
 from rtmatrix.outcome import Metric, Source
-
-SCENARIO_NAMES = ("stream", "cancel", "serve")
+from rtmatrix.protocol import Job
 
 # the plain generation's metrics, which a scenario cell does not measure
-_PLAIN = {
-    "pp_tps": "tokens/s",
-    "pp_tps_counter": "tokens/s",
-    "tg_tps": "tokens/s",
-    "tg_tps_counter": "tokens/s",
-    "ttft_s": "s",
-    "tpot_s": "s",
-    "token_latency_p50_s": "s",
-    "token_latency_p90_s": "s",
-}
+_PLAIN = {k: ("tokens/s" if k in THROUGHPUT else "s") for k in GENERATE_ONLY}
 _SEE = {
-    "stream": "stream_ttft_s, stream_token_gap_*",
-    "cancel": "cancel_*",
-    "serve": "serve_c<N>_ttft_*, serve_c<N>_tpot_*",
+    Scenario.STREAM: "stream_ttft_s, stream_token_gap_*",
+    Scenario.CANCEL: "cancel_*",
+    Scenario.SERVE: "serve_c<N>_ttft_*, serve_c<N>_tpot_*",
 }
 
 
 def run_scenario(
     name: str,
     adapter: Adapter,
-    job: dict[str, Any],
+    job: Job,
     prompt: list[int],
     banned: list[int],
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
-    if name == "stream":
+    if name == Scenario.STREAM:
         from rtmatrix.scenarios import stream
 
         return stream.run(adapter, job, prompt, banned, mark)
-    if name == "cancel":
+    if name == Scenario.CANCEL:
         from rtmatrix.scenarios import cancel
 
         return cancel.run(adapter, job, prompt, banned, mark)
-    if name == "serve":
+    if name == Scenario.SERVE:
         from rtmatrix.scenarios import serve
 
         return serve.run(adapter, job, prompt, banned, mark)
@@ -63,27 +54,32 @@ def run_scenario(
 
 
 def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
-    if name not in SCENARIO_NAMES:
+    if name not in Scenario.lifecycle():
         return {}
     from rtmatrix.scenarios import cancel, serve, stream
 
-    compute = {"stream": stream.metrics, "cancel": cancel.metrics, "serve": serve.metrics}[name]
-    why = f"a '{name}' cell runs no plain timed generation; see {_SEE[name]}"
-    out: dict[str, Metric] = {k: Metric.unavailable(unit, why) for k, unit in _PLAIN.items()}
-    if name == "serve":
-        for key in ("cold_start_first_token_s", "cold_start_total_s"):
-            out[key] = Metric.unavailable(
+    sc = Scenario(name)
+    compute = {
+        Scenario.STREAM: stream.metrics,
+        Scenario.CANCEL: cancel.metrics,
+        Scenario.SERVE: serve.metrics,
+    }[sc]
+    why = f"a '{sc.value}' cell runs no plain timed generation; see {_SEE[sc]}"
+    out: dict[str, Metric] = {k.value: Metric.unavailable(unit, why) for k, unit in _PLAIN.items()}
+    if sc is Scenario.SERVE:
+        for key in (M.COLD_FIRST_TOKEN, M.COLD_TOTAL):
+            out[key.value] = Metric.unavailable(
                 "s", "tokens come from the server process it starts; see serve_startup_s"
             )
     out |= compute(result)
     checks = list(result.get("checks") or [])
     passed = sum(1 for c in checks if c.get("ok"))
-    out["lifecycle_checks"] = Metric(
+    out[M.LIFECYCLE_CHECKS.value] = Metric(
         f"{passed}/{len(checks)}",
         "checks passed",
         Source.HARNESS_CLOCK,
         detail={
-            "scenario": name,
+            "scenario": sc.value,
             "api": result.get("api"),
             "checks": checks,
             "findings": result.get("findings") or [],

@@ -37,10 +37,12 @@ from typing import Any
 
 import psutil
 
-from rtmatrix.adapters.base import Adapter
+from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import Abortable, StreamBackend, Streaming, missing
 from rtmatrix.fixtures.model import make_prompt
+from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
-from rtmatrix.scenarios.backends import StreamBackend, backend_for
+from rtmatrix.protocol import Job
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
@@ -68,8 +70,8 @@ def rss() -> int:
     return int(_PROC.memory_info().rss)
 
 
-def options(job: dict[str, Any]) -> dict[str, Any]:
-    opts = {**DEFAULTS, **{k: v for k, v in (job.get("options") or {}).items() if k in DEFAULTS}}
+def options(job: Job) -> dict[str, Any]:
+    opts = {**DEFAULTS, **{k: v for k, v in job.options.items() if k in DEFAULTS}}
     bad = [m for m in opts["cancel_modes"] if m not in MODES]
     if bad:
         msg = f"options.cancel_modes: unknown {bad}; valid: {', '.join(MODES)}"
@@ -175,29 +177,31 @@ def one_cycle(
 
 def run(
     adapter: Adapter,
-    job: dict[str, Any],
+    job: Job,
     prompt: list[int],
     banned: list[int],
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
-    be = backend_for(adapter, "cancel")
+    if not isinstance(adapter, Streaming):
+        raise RuntimeUnavailable(missing(adapter, Streaming, f"scenario {Scenario.CANCEL.value!r}"))
+    be = adapter.stream_backend()
     opts = options(job)
-    p = job["params"]
-    n_ctx = int(p["n_ctx"])
+    p = job.params
+    n_ctx = p.n_ctx
     max_tokens = n_ctx - len(prompt) - 1
     k = int(opts["cancel_after_tokens"])
     if not 0 < k < max_tokens:
         msg = f"options.cancel_after_tokens {k} must be in 1..{max_tokens - 1} (n_ctx - prompt)"
         raise ValueError(msg)
     cycles = int(opts["cancel_cycles"])
-    wait_s = max(30.0, float(job.get("timeout_s") or 600) / 4)
+    wait_s = max(30.0, job.timeout_s / 4)
     tol = float(opts["leak_tolerance_mb"]) * 2**20
     origin = clock()
     to_mono = time.monotonic() - origin
     be.release()
     gc.collect()
     result: dict[str, Any] = {
-        "scenario": "cancel",
+        "scenario": Scenario.CANCEL.value,
         "runtime": be.runtime,
         "api": be.api,
         "state_doc": be.state_doc,
@@ -214,7 +218,7 @@ def run(
     traces: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rtmatrix-generation")
-    warmup = int(p.get("warmup", 0))
+    warmup = p.warmup
     result["warmup_cycles"] = warmup
     plan = Plan(be, prompt, max_tokens, k, cycles, warmup, wait_s, pool, origin)
     try:
@@ -224,7 +228,7 @@ def run(
     finally:
         pool.shutdown(wait=False)
     t_pre = clock()
-    result["prefill"] = prefill_probe(be, job, prompt, banned, adapter.vocab_size, opts)
+    result["prefill"] = prefill_probe(adapter, be, job, prompt, banned, opts)
     result["prefill"]["wall_s"] = clock() - t_pre
     checks += trace_checks(traces, need_release=True, label="cancel")
     pre = result["prefill"]
@@ -372,24 +376,27 @@ def mode_checks(
 
 
 def prefill_probe(
+    adapter: Adapter,
     be: StreamBackend,
-    job: dict[str, Any],
+    job: Job,
     prompt: list[int],
     banned: list[int],
-    vocab_size: int,
     opts: dict[str, Any],
 ) -> dict[str, Any]:
-    """Cancel a running prefill: a prompt of max(prompt_tokens, n_ctx/2) tokens; the stop is
-    requested half-way through the median of 3 uncancelled prefills of it. Two tokens streamed
-    before and after the attempts must agree (the context survived the aborts)."""
+    """Cancel a running prefill (the ``Abortable`` capability): a prompt of max(prompt_tokens,
+    n_ctx/2) tokens; the stop is requested half-way through the median of 3 uncancelled
+    prefills of it. Two tokens streamed before and after the attempts must agree (the context
+    survived the aborts)."""
     attempts_n = int(opts["cancel_prefill_attempts"])
     if attempts_n <= 0:
         return {"skipped": "options.cancel_prefill_attempts = 0"}
-    n_ctx = int(job["params"]["n_ctx"])
+    if not isinstance(adapter, Abortable):
+        return {"skipped": missing(adapter, Abortable, "mid-prefill cancel")}
+    n_ctx = job.params.n_ctx
     n = min(n_ctx - 1, max(len(prompt), n_ctx // 2))
-    long_prompt = make_prompt(n, vocab_size, prompt[0])
+    long_prompt = make_prompt(n, adapter.vocab_size, prompt[0])
     ids_before = _stream_ids(be, prompt, banned)
-    full = [be.prefill_abort(long_prompt, delay_s=None) for _ in range(3)]
+    full = [adapter.abort_prefill(long_prompt, delay_s=None) for _ in range(3)]
     times = sorted(float(f.get("prefill_s") or 0.0) for f in full)
     out: dict[str, Any] = {
         "prompt_tokens": n,
@@ -400,7 +407,7 @@ def prefill_probe(
     }
     delay = 0.5 * times[1]  # half-way through the median uncancelled prefill
     for _ in range(attempts_n):
-        out["attempts"].append(be.prefill_abort(long_prompt, delay_s=delay))
+        out["attempts"].append(adapter.abort_prefill(long_prompt, delay_s=delay))
     ids_after = _stream_ids(be, prompt, banned)
     if ids_before is not None and ids_after is not None:
         out["usable_after_abort"] = ids_before == ids_after

@@ -1,9 +1,12 @@
-"""The ``serve`` scenario: llama-cpp-python's OpenAI-compatible server on loopback, driven by a
+"""The ``serve`` scenario: the runtime's own OpenAI-compatible server on loopback, driven by a
 real HTTP client (``http.client``, one connection per request).
 
-The worker starts ``python -m llama_cpp.server --config_file ...`` on 127.0.0.1 and a free port,
-as its own child (so it is in the worker's process group: a killed cell takes it down) and stops
-it at the end (SIGTERM, then SIGKILL). Phases, each bounded in requests and time:
+The runtime offers it through the ``Serving`` capability
+(:class:`rtmatrix.adapters.capabilities.Serving`): its driver says how to start the server on
+127.0.0.1 and a free port (llama.cpp: ``python -m llama_cpp.server --config_file ...``,
+:mod:`rtmatrix.runtimes.llama_cpp.server`); the worker starts it as its own child (so it is in
+the worker's process group: a killed cell takes it down) and stops it at the end (SIGTERM, then
+SIGKILL). Phases, each bounded in requests and time:
 
 1. endpoints: ``/health``, ``/metrics``, ``/v1/models`` (status codes recorded);
 2. concurrency: N = 1, 2, 4 concurrent streaming ``/v1/completions`` (``serve_rounds`` rounds
@@ -17,26 +20,23 @@ it at the end (SIGTERM, then SIGKILL). Phases, each bounded in requests and time
 7. optionally a second server with the server's *default* ``interrupt_requests`` (true), where a
    second request is sent while the first streams: is the first one cut short?
 
-The model settings mirror the adapter's (n_ctx, n_batch = n_ctx, threads, CPU only, use_mmap);
-everything else is the server's default (e.g. ``logits_all = true``). The main server runs with
-``interrupt_requests = false`` (option ``serve_interrupt_requests``):
-with the default, every new request ends the stream in progress, and TTFT against concurrency
-would measure interruptions, not queueing. Requests are greedy (temperature 0) and carry a
-``logit_bias`` that masks end-of-sequence and the byte-fallback tokens, so each server-sent
-event carries exactly one token (a byte token that does not complete a UTF-8 character is
-held back and merged into a later event).
+The driver serves the model with the adapter's own load settings; everything else is the
+server's default. The main server runs with ``interrupt_requests = false`` (option
+``serve_interrupt_requests``): with the default, every new request ends the stream in
+progress, and TTFT against concurrency would measure interruptions, not queueing. Requests are
+greedy (temperature 0) and carry a ``logit_bias`` that masks end-of-sequence and the
+byte-fallback tokens, so each server-sent event carries exactly one token (a byte token that does
+not complete a UTF-8 character is held back and merged into a later event).
 """
 
 from __future__ import annotations
 
 import contextlib
 import http.client
-import importlib.util
 import json
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -47,7 +47,10 @@ from typing import Any
 import psutil
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import ServerDriver, Serving, missing
+from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
+from rtmatrix.protocol import Job
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
@@ -70,13 +73,12 @@ DEFAULTS: dict[str, Any] = {
     "serve_start_timeout_s": 90.0,
     "serve_request_timeout_s": 60.0,
 }
-SERVER_DEPS = ("fastapi", "uvicorn", "sse_starlette", "pydantic_settings", "starlette_context")
 NO_PREFILL = "not observable over HTTP: the server reports no prefill start"
 BIAS = -1.0e9  # JSON has no -inf; added to a logit, it masks the token
 
 
-def options(job: dict[str, Any]) -> dict[str, Any]:
-    opts = {**DEFAULTS, **{k: v for k, v in (job.get("options") or {}).items() if k in DEFAULTS}}
+def options(job: Job) -> dict[str, Any]:
+    opts = {**DEFAULTS, **{k: v for k, v in job.options.items() if k in DEFAULTS}}
     levels = opts["serve_concurrency"]
     if not (
         isinstance(levels, list)
@@ -96,16 +98,13 @@ def free_port() -> int:
 
 
 class Server:
-    """One ``llama_cpp.server`` child on 127.0.0.1."""
+    """One server process of the runtime's on 127.0.0.1, started as the driver says."""
 
-    def __init__(self, workdir: Path, name: str, model: dict[str, Any], interrupt: bool | None):
+    def __init__(self, driver: ServerDriver, workdir: Path, name: str, interrupt: bool | None):
         self.port = free_port()
-        cfg: dict[str, Any] = {"host": "127.0.0.1", "port": self.port, "models": [model]}
-        if interrupt is not None:
-            cfg["interrupt_requests"] = interrupt
-        self.settings = cfg
-        self.cfg_path = workdir / f"{name}.json"
-        self.cfg_path.write_text(json.dumps(cfg), "utf-8")
+        self.program = driver.program
+        self.launch = driver.launch(workdir, name, self.port, interrupt)
+        self.settings = self.launch.settings
         self.log_path = workdir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s: float | None = None
@@ -115,15 +114,12 @@ class Server:
         with self.log_path.open("wb") as log:
             # no new session: the server stays in the worker's process group
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "llama_cpp.server", "--config_file", str(self.cfg_path)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
+                self.launch.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
         while clock() - t0 < timeout_s:
             if self.proc.poll() is not None:
                 msg = (
-                    f"llama_cpp.server exited with code {self.proc.returncode} before it "
+                    f"{self.program} exited with code {self.proc.returncode} before it "
                     f"answered: {self.log_tail(600)}"
                 )
                 raise RuntimeError(msg)
@@ -132,7 +128,7 @@ class Server:
                 self.startup_s = clock() - t0
                 return
             time.sleep(0.1)
-        msg = f"llama_cpp.server did not answer within {timeout_s:.0f} s: {self.log_tail(600)}"
+        msg = f"{self.program} did not answer within {timeout_s:.0f} s: {self.log_tail(600)}"
         raise RuntimeError(msg)
 
     def alive(self) -> bool:
@@ -286,35 +282,24 @@ def tpot(tr: RequestTrace) -> float | None:
 # -- the scenario ----------------------------------------------------------------------------------
 def run(
     adapter: Adapter,
-    job: dict[str, Any],
+    job: Job,
     prompt: list[int],
     banned: list[int],
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
-    if adapter.name != "llama_cpp" or not hasattr(adapter, "text_of"):
-        msg = (
-            f"scenario 'serve': rtmatrix drives llama-cpp-python's OpenAI-compatible server "
-            f"only; runtime {adapter.name!r} has none here"
-        )
-        raise RuntimeUnavailable(msg)
-    missing = [m for m in SERVER_DEPS if importlib.util.find_spec(m) is None]
-    if missing:
-        msg = (
-            f"llama-cpp-python's server extras are not installed (missing {', '.join(missing)}); "
-            "pip install 'llama-cpp-python[server]'"
-        )
-        raise RuntimeUnavailable(msg)
+    if not isinstance(adapter, Serving):
+        raise RuntimeUnavailable(missing(adapter, Serving, f"scenario {Scenario.SERVE.value!r}"))
+    driver = adapter.server_driver()
     opts = options(job)
-    p = job["params"]
-    n_ctx, threads = int(p["n_ctx"]), int(p["threads"])
-    n_tok = int(opts["serve_tokens"] or p["gen_tokens"])
+    p = job.params
+    n_ctx = p.n_ctx
+    n_tok = int(opts["serve_tokens"] or p.gen_tokens)
     timeout = float(opts["serve_request_timeout_s"])
-    budget = 0.8 * float(job.get("timeout_s") or 600)
+    budget = 0.8 * job.timeout_s
     origin = clock()
     deadline = origin + budget
-    llama: Any = adapter
-    text: str = llama.text_of(prompt)
-    masked = sorted({*banned, *llama.byte_token_ids()})
+    text = driver.prompt_text(prompt)
+    masked = sorted({*banned, *driver.byte_tokens()})
     bias = {str(t): BIAS for t in masked}
 
     def payload(max_tokens: int, prompt_text: str = text) -> dict[str, Any]:
@@ -326,22 +311,10 @@ def run(
             "logit_bias": bias,
         }
 
-    model = {
-        "model": job["model_path"],
-        "n_ctx": n_ctx,
-        "n_batch": n_ctx,
-        "n_ubatch": min(n_ctx, 512),
-        "n_threads": threads,
-        "n_threads_batch": threads,
-        "n_gpu_layers": 0,
-        "use_mmap": bool((job.get("options") or {}).get("use_mmap", True)),
-        "seed": 0,
-        "verbose": False,
-    }
     res: dict[str, Any] = {
-        "scenario": "serve",
+        "scenario": Scenario.SERVE.value,
         "runtime": adapter.name,
-        "api": "llama_cpp.server (OpenAI-compatible /v1/completions, server-sent events)",
+        "api": driver.api,
         "prompt_tokens": len(prompt),
         "max_tokens": n_tok,
         "masked_token_ids": len(masked),
@@ -357,7 +330,7 @@ def run(
         return False
 
     with tempfile.TemporaryDirectory(prefix="rtmatrix-serve-") as tmp:
-        srv = Server(Path(tmp), "server", model, bool(opts["serve_interrupt_requests"]))
+        srv = Server(driver, Path(tmp), "server", bool(opts["serve_interrupt_requests"]))
         res["server_settings"] = srv.settings
         try:
             srv.start(min(float(opts["serve_start_timeout_s"]), budget))
@@ -403,7 +376,7 @@ def run(
             )
             if time_left("disconnect"):
                 res["disconnect"] = disconnect_phase(
-                    srv, payload, n_ctx, len(prompt), timeout, traces
+                    srv, driver, payload, n_ctx, len(prompt), timeout, traces
                 )
             if time_left("slow-consumer"):
                 res["slow"] = slow_phase(srv, payload, n_tok, opts, timeout, traces)
@@ -438,7 +411,7 @@ def run(
         )
         if opts["serve_interrupt_probe"] and time_left("interrupt-probe"):
             res["interrupt_probe"] = interrupt_probe(
-                Path(tmp), model, payload, n_tok, timeout, traces
+                driver, Path(tmp), payload, n_tok, timeout, traces
             )
     res["findings"] = findings(res)
     stored = [t.to_dict(origin) for t in traces]
@@ -450,6 +423,7 @@ def run(
 
 def disconnect_phase(
     srv: Server,
+    driver: ServerDriver,
     payload: Callable[[int], dict[str, Any]],
     n_ctx: int,
     n_prompt: int,
@@ -468,7 +442,7 @@ def disconnect_phase(
         "abandoned_max_tokens": long_tokens,
         "tokens_read": len(gone.tokens),
         "next": {"terminal": nxt.terminal, "ttft_s": ttft(nxt), "tokens": len(nxt.tokens)},
-        "server_logged_disconnect": "Disconnected from client" in log,
+        "server_logged_disconnect": driver.logged_disconnect(log),
         "alive": srv.alive(),
     }
 
@@ -552,15 +526,15 @@ def survival(srv: Server, timeout: float) -> dict[str, Any]:
 
 
 def interrupt_probe(
+    driver: ServerDriver,
     workdir: Path,
-    model: dict[str, Any],
     payload: Callable[[int], dict[str, Any]],
     n_tok: int,
     timeout: float,
     traces: list[RequestTrace],
 ) -> dict[str, Any]:
     """With the server's default settings: a second request while the first streams."""
-    srv = Server(workdir, "server-defaults", model, None)
+    srv = Server(driver, workdir, "server-defaults", None)
     try:
         srv.start(60.0)
         first, second = RequestTrace("default-first"), RequestTrace("default-second")

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from rtmatrix.adapters.base import Adapter
+from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import Streaming, missing
 from rtmatrix.fixtures.model import greedy_pick
+from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
-from rtmatrix.scenarios.backends import backend_for
+from rtmatrix.protocol import Job
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
@@ -51,16 +53,18 @@ def greedy_loop(adapter: Adapter, prompt: list[int], n: int, banned: list[int]) 
 
 def run(
     adapter: Adapter,
-    job: dict[str, Any],
+    job: Job,
     prompt: list[int],
     banned: list[int],
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
-    be = backend_for(adapter, "stream")
-    p = job["params"]
-    opts = job.get("options") or {}
-    n_gen = int(opts.get("stream_tokens", p["gen_tokens"]))
-    n_reps = int(p.get("warmup", 0)) + int(p.get("repetitions", 1))
+    if not isinstance(adapter, Streaming):
+        raise RuntimeUnavailable(missing(adapter, Streaming, f"scenario {Scenario.STREAM.value!r}"))
+    be = adapter.stream_backend()
+    p = job.params
+    opts = job.options
+    n_gen = int(opts.get("stream_tokens", p.gen_tokens))
+    n_reps = p.warmup + p.repetitions
     origin = clock()
     to_mono = time.monotonic() - origin
     state_before = be.state()
@@ -96,7 +100,7 @@ def run(
         lags = delivery_lags(tr.tokens, chunk_t)
         reps.append(
             {
-                "counted": i >= int(p.get("warmup", 0)),
+                "counted": i >= p.warmup,
                 "ttft_chunk_s": chunk_t[0] - t_open if chunk_t else None,
                 "first_token_s": tr.first_token - t_open if tr.first_token is not None else None,
                 "prefill_start_s": (tr.prefill_start - t_open) if tr.prefill_start else None,
@@ -153,7 +157,7 @@ def run(
     if held:
         findings.append(f"{held} sampled token(s) never reached the consumer as a chunk")
     return {
-        "scenario": "stream",
+        "scenario": Scenario.STREAM.value,
         "findings": findings,
         "runtime": be.runtime,
         "api": be.api,

@@ -35,7 +35,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
-from rtmatrix.adapters.onnxruntime import parse_placement_log
+from rtmatrix.runtimes.onnxruntime.placement import parse_placement_log
+from rtmatrix.runtimes.onnxruntime_genai.errors import ERROR_PATTERNS
+from rtmatrix.runtimes.onnxruntime_genai.stream import OrtGenaiBackend
 
 GENAI_CONFIG = "genai_config.json"
 _ORT_LINE = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime")
@@ -87,6 +89,7 @@ class OrtGenaiAdapter(Adapter):
     distribution: ClassVar[str] = "onnxruntime-genai"
     extra: ClassVar[str] = "onnxruntime-genai"
     container: ClassVar[str] = "onnx"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._og: Any = None
@@ -105,6 +108,7 @@ class OrtGenaiAdapter(Adapter):
         self._log: list[str] = []
         self._load_error: str | None = None
         self._atexit = False
+        self._backend: OrtGenaiBackend | None = None
 
     # -- runtime -------------------------------------------------------------------------------
     def import_runtime(self) -> str:
@@ -214,6 +218,50 @@ class OrtGenaiAdapter(Adapter):
     def counters(self) -> dict[str, float]:
         return {}  # onnxruntime-genai keeps no per-call timing counters
 
+    # -- capabilities: Streaming, Abortable, Placement -----------------------------------------
+    def stream_backend(self) -> OrtGenaiBackend:
+        """The ``stream``/``cancel`` backend: genai's ``Generator`` loop on the loaded model."""
+        if self._backend is None:
+            eos = self.special_ids.get("eos", -1)
+            self._backend = OrtGenaiBackend(self._og, self._model, self._n_ctx, eos)
+        return self._backend
+
+    def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
+        """``terminate_session`` from another thread while ``append_tokens`` runs."""
+        return self.stream_backend().abort_prefill(prompt, delay_s)
+
+    def placement(self) -> dict[str, Any] | None:
+        """The providers asked for against the model's ``device_type``; node counts from ORT's
+        verbose "Node placements" log captured at load."""
+        if self._og is None:
+            return None
+        device = str(self._model.device_type) if self._model is not None else None
+        requested = self._providers or ["cpu"]
+        used = [device] if device else []
+        wanted = {_DEVICE_OF.get(p.lower(), p) for p in self._providers if p.lower() != "cpu"}
+        problems = [f"{w} requested, model reports device {device}" for w in wanted if device != w]
+        counts = parse_placement_log(self._log)
+        warn = [ln for ln in self._log if (m := _ORT_LINE.search(ln)) and m["sev"] in "WEF"]
+        placement: dict[str, Any] = {
+            "requested": requested,
+            "requested_explicitly": self._explicit,
+            "used": used,
+            "fallback": bool(self._explicit and problems and self._model is not None),
+            "detail": "; ".join(warn[:10]) or None,
+            "problems": problems,
+            "nodes_by_provider": counts or None,
+            "partitions": None,
+            "partitions_reason": "genai exposes no session; the verbose log gives counts only",
+            "source": "ORT verbose log during model load" if counts else None,
+        }
+        if not counts:
+            placement["not_used"] = {
+                "log": "placement_log is off"
+                if not self._placement_log
+                else "no 'Node placements' line in ORT's log"
+            }
+        return placement
+
     # -- evidence ------------------------------------------------------------------------------
     def _log_options(self) -> dict[str, bool]:
         """Which ``set_log_options`` keys this genai accepts (each tried alone, set to False)."""
@@ -256,35 +304,11 @@ class OrtGenaiAdapter(Adapter):
         if og is None:
             return {}
         device = str(self._model.device_type) if self._model is not None else None
-        requested = self._providers or ["cpu"]
-        used = [device] if device else []
-        wanted = {_DEVICE_OF.get(p.lower(), p) for p in self._providers if p.lower() != "cpu"}
-        problems = [f"{w} requested, model reports device {device}" for w in wanted if device != w]
-        counts = parse_placement_log(self._log)
         ort_lines = [ln for ln in self._log if _ORT_LINE.search(ln)]
         warn = [ln for ln in self._log if (m := _ORT_LINE.search(ln)) and m["sev"] in "WEF"]
-        placement: dict[str, Any] = {
-            "requested": requested,
-            "requested_explicitly": self._explicit,
-            "used": used,
-            "fallback": bool(self._explicit and problems and self._model is not None),
-            "detail": "; ".join(warn[:10]) or None,
-            "problems": problems,
-            "nodes_by_provider": counts or None,
-            "partitions": None,
-            "partitions_reason": "genai exposes no session; the verbose log gives counts only",
-            "source": "ORT verbose log during model load" if counts else None,
-        }
-        if not counts:
-            placement["not_used"] = {
-                "log": "placement_log is off"
-                if not self._placement_log
-                else "no 'Node placements' line in ORT's log"
-            }
         ev: dict[str, Any] = {
             "system_info": f"onnxruntime-genai {og.__version__}; model type "
             f"{self._model.type if self._model is not None else '-'}; device {device}",
-            "placement": placement,
             "debug_facilities": self._debug_facilities(),
             "genai_config": self._cfg,
             "session": {"intra_op_num_threads": self._threads, "providers": self._providers},
@@ -304,6 +328,7 @@ class OrtGenaiAdapter(Adapter):
         return ev
 
     def _release(self) -> None:
+        self._backend = None
         self._gen = None
         self._params = None
         self._model = None

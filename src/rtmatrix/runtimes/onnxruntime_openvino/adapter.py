@@ -8,7 +8,8 @@ installs the same ``onnxruntime`` module as the plain wheel, so it lives in its 
 
 What this row adds to the ORT evidence:
 
-- ``partitions`` (``rtmatrix.metrics.partitions``): the partitions the delegate made, from ORT's
+- ``partitions`` (``rtmatrix.metrics.partitions``, ORT's profile read by
+  ``rtmatrix.runtimes.onnxruntime.profile``): the partitions the delegate made, from ORT's
   EP graph-assignment record (one entry per OpenVINO subgraph; CPU nodes grouped into connected
   components) on the graph ORT partitioned (its basic-level optimized graph, dumped by a CPU
   session); the tensors crossing each boundary with dtype, shape and bytes, measured by running that
@@ -50,8 +51,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
-from rtmatrix.adapters.onnxruntime import _NP_TYPES, CPU, OrtAdapter, provider_names
 from rtmatrix.metrics import partitions as pt
+from rtmatrix.runtimes.onnxruntime import profile
+from rtmatrix.runtimes.onnxruntime.adapter import NP_TYPES, OrtAdapter
+from rtmatrix.runtimes.onnxruntime.placement import CPU, provider_names
 
 OV = "OpenVINOExecutionProvider"
 MAX_IR_VERSION = 13  # onnxruntime-openvino 1.24.1 refused IR 14 at load
@@ -301,15 +304,16 @@ class OrtOpenVinoAdapter(OrtAdapter):
         except Exception as exc:
             self._assignment_why = f"get_provider_graph_assignment_info failed: {exc}"
 
-    def evidence(self) -> dict[str, Any]:
+    def _build_report(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
         if self._ort is None:
-            return {}
+            return {}, None
         had_session = self._sess is not None
         hwm = _vm_hwm()  # before the extra sessions below load the model again
         if had_session:
             self._record_assignment()
             self._end_measured_profile()
-        ev = super().evidence()
+        ev, pl = super()._build_report()
+        assert pl is not None  # the runtime is imported
         ov_opts = self._ov_options()
         device = self._openvino_info() if ov_opts is not None else {}
         ev["openvino"] = device
@@ -317,12 +321,12 @@ class OrtOpenVinoAdapter(OrtAdapter):
         if "model" in ev:
             ev["model"] |= self._ir_info()
         if not had_session:
-            return ev
+            return ev, pl
         if not self._analysis:
             ev["partitions"] = {"unavailable": "partition_analysis = false in the runtime options"}
-            return ev
+            return ev, pl
         # the delegate is on only where the session registered it (a refused EP is a fallback)
-        delegate_on = OV in ((ev.get("placement") or {}).get("used") or [])
+        delegate_on = OV in (pl.get("used") or [])
         try:
             part = self._partition_evidence(delegate_on)
         except Exception as exc:  # evidence is best effort; the measured figures stand
@@ -339,7 +343,6 @@ class OrtOpenVinoAdapter(OrtAdapter):
             except Exception as exc:
                 part["paired_control"] = {"error": f"{type(exc).__name__}: {exc}"}
         ev["partitions"] = part
-        pl = ev.get("placement") or {}
         if "partitions" in part and isinstance(part["partitions"], int):
             pl["partitions"] = part["partitions"]
             pl["partitions_source"] = (
@@ -351,7 +354,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
                 p["subgraph"] for p in part.get("per_partition", []) if p.get("subgraph")
             ]
             pl["coverage_pct"] = (part.get("coverage") or {}).get("pct")
-        return ev
+        return ev, pl
 
     def _ir_info(self) -> dict[str, Any]:
         assert self._model_path is not None
@@ -363,7 +366,10 @@ class OrtOpenVinoAdapter(OrtAdapter):
         return {"ir_version": ir, "max_ir_version_for_this_build": MAX_IR_VERSION}
 
     def _openvino_info(self) -> dict[str, Any]:
-        code = "from rtmatrix.adapters.onnxruntime_openvino import _ov_query_main; _ov_query_main()"
+        code = (
+            "from rtmatrix.runtimes.onnxruntime_openvino.adapter import _ov_query_main; "
+            "_ov_query_main()"
+        )
         try:
             proc = subprocess.run(
                 [sys.executable, "-c", code],
@@ -387,7 +393,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
         total = n_past + n_new
 
         def typed(name: str, arr: NDArray[Any]) -> NDArray[Any]:
-            return arr.astype(_NP_TYPES.get(self._inputs[name].type, np.int64))
+            return arr.astype(NP_TYPES.get(self._inputs[name].type, np.int64))
 
         feeds["input_ids"] = typed("input_ids", np.ones((1, n_new)))
         if "position_ids" in self._inputs:
@@ -442,11 +448,11 @@ class OrtOpenVinoAdapter(OrtAdapter):
         assigned = {n for _, ns in self._assignment for n in ns}
         parts = pt.build_partitions(graph, self._assignment)
         cross = pt.crossings(graph, parts)
-        runs = pt.profile_runs(events)
+        runs = profile.profile_runs(events)
         shapes: dict[str, dict[str, pt.Shape]] = {}
         for (ph, f), run in zip(feeds.items(), runs, strict=False):
             shapes[ph] = {k: (str(v.dtype), tuple(int(d) for d in v.shape)) for k, v in f.items()}
-            shapes[ph] |= pt.shapes_from_profile(run, graph)
+            shapes[ph] |= profile.shapes_from_profile(run, graph)
         del events, runs, feeds
         # 2. time per partition: the measured session's own profile where it was on (a
         #    delegate row), else a profiling session with the same providers and options
@@ -603,7 +609,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
             events = json.loads(path.read_text("utf-8"))
         finally:
             path.unlink(missing_ok=True)
-        runs, durs = pt.profile_runs(events), pt.run_durations(events)
+        runs, durs = profile.profile_runs(events), profile.run_durations(events)
         by_phase = {ph: [runs[i]] for ph, i in timed.items() if i < len(runs)}
         dur_phase = {ph: [durs[i]] for ph, i in timed.items() if i < len(durs)}
         return by_phase, dur_phase
@@ -616,7 +622,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
         events = self._measured_events
         if not events:
             return None
-        runs, durs = pt.profile_runs(events), pt.run_durations(events)
+        runs, durs = profile.profile_runs(events), profile.run_durations(events)
         if len(runs) != len(self._calls) or len(durs) != len(self._calls):
             return None
         first = 1 if any(rep > 0 for rep, _ in self._calls) else 0
@@ -653,7 +659,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
             total = {p.id: 0.0 for p in parts}
             rest = 0.0
             for run in runs:
-                t, o, miss = pt.partition_times(run, parts)
+                t, o, miss = profile.partition_times(run, parts)
                 for pid, v in t.items():
                     total[pid] += v
                 rest += o
@@ -663,5 +669,5 @@ class OrtOpenVinoAdapter(OrtAdapter):
             other[ph] = rest / n
             durs = dur_phase.get(ph) or []
             run_us[ph] = sum(durs) / len(durs) if durs else 0.0
-            fused[ph] = pt.fused_node_args(runs[-1], parts)
+            fused[ph] = profile.fused_node_args(runs[-1], parts)
         return times, run_us, other, missed, fused

@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.tvm.errors import ERROR_PATTERNS
 
 MODES = ("aot", "jit")
 SPEC_FILE = "spec.json"
@@ -164,6 +165,7 @@ class TvmAdapter(Adapter):
     distribution: ClassVar[str] = "apache-tvm"
     extra: ClassVar[str] = "mlc"
     container: ClassVar[str] = "tvm"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._options: dict[str, Any] | None = None
@@ -403,6 +405,12 @@ class TvmAdapter(Adapter):
                 found.append("Module.inspect_source('ll'/'asm'): the generated LLVM IR / assembly")
         return found
 
+    def placement(self) -> dict[str, Any] | None:
+        """The ``Placement`` capability: this row builds for and runs on the CPU only."""
+        if self._tvm is None:
+            return None
+        return {"requested": ["cpu"], "used": ["cpu"], "fallback": False}
+
     def evidence(self) -> dict[str, Any]:
         if self._tvm is None:
             return {}
@@ -427,7 +435,6 @@ class TvmAdapter(Adapter):
             },
             "load_breakdown": self._load,
             "threads": self._threads,
-            "placement": {"requested": ["cpu"], "used": ["cpu"], "fallback": False},
             "package": package_breakdown(self.distribution),
             "mlc_llm": mlc_llm_status(),
             "debug_facilities": self._debug_facilities(),

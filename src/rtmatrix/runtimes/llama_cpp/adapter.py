@@ -18,6 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
+from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
+from rtmatrix.runtimes.llama_cpp.stream import LlamaCppBackend, abort_prefill
 
 _LEVELS = {0: "none", 1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
 _EVIDENCE_PATTERNS = re.compile(
@@ -28,11 +31,32 @@ _EVIDENCE_PATTERNS = re.compile(
 _MAX_LOG_LINES = 5000
 
 
+def load_settings(model_path: Path, params: LoadParams) -> dict[str, Any]:
+    """The ``Llama(...)`` keyword arguments for this row: the one rule for how llama.cpp loads a
+    model here, used by :meth:`LlamaCppAdapter.load` and by the server the ``serve`` scenario
+    starts (its model settings have the same names, ``model_path`` aside). The whole context is
+    one logical batch (``n_batch = n_ctx``); the physical batch is ``min(n_ctx, params.n_batch)``;
+    CPU only; ``use_mmap`` from the row's options (default true)."""
+    return {
+        "model_path": str(model_path),
+        "n_ctx": params.n_ctx,
+        "n_batch": params.n_ctx,
+        "n_ubatch": min(params.n_ctx, params.n_batch),
+        "n_threads": params.threads,
+        "n_threads_batch": params.threads,
+        "n_gpu_layers": 0,
+        "use_mmap": bool(params.options.get("use_mmap", True)),
+        "seed": 0,
+        "verbose": False,
+    }
+
+
 class LlamaCppAdapter(Adapter):
     name: ClassVar[str] = "llama_cpp"
     distribution: ClassVar[str] = "llama-cpp-python"
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._lib: Any = None
@@ -43,6 +67,8 @@ class LlamaCppAdapter(Adapter):
         self._partial = ""
         self._log_cb: Any = None
         self._abort_cb: Any = None
+        self._settings: dict[str, Any] = {}
+        self._backend: LlamaCppBackend | None = None
 
     # -- runtime -------------------------------------------------------------------------------
     def import_runtime(self) -> str:
@@ -77,19 +103,9 @@ class LlamaCppAdapter(Adapter):
     def load(self, model_path: Path, params: LoadParams) -> None:
         """Options: ``use_mmap`` (default true; false reads the weights into anonymous memory,
         as a device without a page cache to lean on would)."""
+        self._settings = load_settings(model_path, params)
         try:
-            self._llm = self._lib.Llama(
-                model_path=str(model_path),
-                n_ctx=params.n_ctx,
-                n_batch=params.n_ctx,
-                n_ubatch=min(params.n_ctx, params.n_batch),
-                n_threads=params.threads,
-                n_threads_batch=params.threads,
-                n_gpu_layers=0,
-                use_mmap=bool(params.options.get("use_mmap", True)),
-                seed=0,
-                verbose=False,
-            )
+            self._llm = self._lib.Llama(**self._settings)
         except (ValueError, RuntimeError) as exc:
             # the binding's message is generic; llama.cpp's own error lines say what was wrong
             errors = [text.strip() for lvl, text in self._log if lvl == "error"][-3:]
@@ -142,7 +158,22 @@ class LlamaCppAdapter(Adapter):
             "load_ms": float(perf.t_load_ms),
         }
 
-    # -- lifecycle (stream, cancel) -------------------------------------------------------------
+    # -- capabilities: Streaming, Abortable, Serving ---------------------------------------------
+    def stream_backend(self) -> LlamaCppBackend:
+        """The ``stream``/``cancel`` backend: llama-cpp-python's ``create_completion`` stream."""
+        if self._backend is None:
+            self._backend = LlamaCppBackend(self)
+        return self._backend
+
+    def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
+        """A prefill stopped through llama.cpp's abort callback (see :func:`abort_prefill`)."""
+        return abort_prefill(self, prompt, delay_s)
+
+    def server_driver(self) -> LlamaCppServer:
+        """``python -m llama_cpp.server`` with this adapter's load settings."""
+        return LlamaCppServer(self, self._settings)
+
+    # -- what the backend and the server driver use ---------------------------------------------
     def stream_completion(
         self,
         prompt: Sequence[int],
@@ -319,6 +350,7 @@ class LlamaCppAdapter(Adapter):
         }
 
     def close(self) -> None:
+        self._backend = None
         if self._llm is not None:
             self._llm.close()
             self._llm = None

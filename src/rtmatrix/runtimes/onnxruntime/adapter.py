@@ -45,8 +45,16 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.onnxruntime.errors import ERROR_PATTERNS
+from rtmatrix.runtimes.onnxruntime.placement import (
+    CPU,
+    count_partitions,
+    judge_fallback,
+    parse_placement_log,
+    provider_names,
+)
+from rtmatrix.runtimes.onnxruntime.profile import parse_profile
 
-CPU = "CPUExecutionProvider"
 PLACEMENT_SOURCES = ("auto", "api", "log", "profile")
 _OPT_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -56,82 +64,16 @@ _OPT_LEVELS = {
 }
 _SEVERITY = {0: "verbose", 1: "info", 2: "warning", 3: "error", 4: "fatal"}
 _MAX_LOG_LINES = 5000
-_PLACED = re.compile(
-    r"(?:All nodes|Node\(s\)) placed on \[(?P<ep>[^\]]+)\]\. Number of nodes: (?P<n>\d+)"
-)
 _EVIDENCE_PATTERNS = re.compile(
     r"provider|placed|placement|fallback|partition|subgraph|error|fail|warn|not in available",
     re.IGNORECASE,
 )
-_NP_TYPES = {
+NP_TYPES = {
     "tensor(int64)": np.int64,
     "tensor(int32)": np.int32,
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
 }
-
-
-# -- pure helpers (unit-tested without a runtime) ---------------------------------------------
-def parse_placement_log(lines: Sequence[str]) -> dict[str, int]:
-    """Per-provider node counts from ORT's verbose "Node placements" log."""
-    counts: dict[str, int] = {}
-    for line in lines:
-        m = _PLACED.search(line)
-        if m:
-            counts[m.group("ep")] = counts.get(m.group("ep"), 0) + int(m.group("n"))
-    return counts
-
-
-def parse_profile(events: Sequence[dict[str, Any]]) -> tuple[dict[str, int], int]:
-    """Per-provider node counts and contiguous partitions from an ORT profiling JSON: the node
-    kernel events of the first run, in execution order."""
-    nodes: list[tuple[float, str, str]] = []
-    seen: set[str] = set()
-    for ev in events:
-        args = ev.get("args") or {}
-        name = str(ev.get("name", ""))
-        if ev.get("cat") != "Node" or "provider" not in args or not name.endswith("_kernel_time"):
-            continue
-        if name in seen:  # later runs repeat the same nodes
-            continue
-        seen.add(name)
-        nodes.append((float(ev.get("ts", 0)), name, str(args["provider"])))
-    nodes.sort()
-    order = [ep for _, _, ep in nodes]
-    counts: dict[str, int] = {}
-    for ep in order:
-        counts[ep] = counts.get(ep, 0) + 1
-    return counts, count_partitions(order)
-
-
-def count_partitions(providers_in_order: Sequence[str]) -> int:
-    """Maximal runs of consecutive nodes on the same provider."""
-    runs, prev = 0, None
-    for ep in providers_in_order:
-        if ep != prev:
-            runs += 1
-            prev = ep
-    return runs
-
-
-def provider_names(providers: Sequence[Any]) -> list[str]:
-    return [p if isinstance(p, str) else str(p[0]) for p in providers]
-
-
-def judge_fallback(
-    requested: Sequence[str], used: Sequence[str], nodes: dict[str, int] | None, explicit: bool
-) -> tuple[bool, list[str]]:
-    """A requested accelerator provider the session dropped, or gave no node, is a fallback.
-    Only an explicit request can fall back; the default list is "whatever is there"."""
-    problems = []
-    for ep in requested:
-        if ep == CPU:
-            continue
-        if ep not in used:
-            problems.append(f"{ep} not registered in the session")
-        elif nodes is not None and nodes.get(ep, 0) == 0:
-            problems.append(f"{ep} registered but assigned no node")
-    return explicit and bool(problems), problems
 
 
 @contextlib.contextmanager
@@ -149,6 +91,7 @@ class OrtAdapter(Adapter):
     distribution: ClassVar[str] = "onnxruntime"
     extra: ClassVar[str] = "onnxruntime"
     container: ClassVar[str] = "onnx"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
         self._ort: Any = None
@@ -175,6 +118,8 @@ class OrtAdapter(Adapter):
         self._past: dict[str, NDArray[Any]] = {}
         self._pos = 0
         self._logits: NDArray[np.float32] | None = None
+        #: (evidence, placement) once reported: the placement probes release the session
+        self._reported: tuple[dict[str, Any], dict[str, Any] | None] | None = None
 
     # -- runtime -------------------------------------------------------------------------------
     def import_runtime(self) -> str:
@@ -244,6 +189,7 @@ class OrtAdapter(Adapter):
 
     def load(self, model_path: Path, params: LoadParams) -> None:
         ort = self._ort
+        self._reported = None
         self._options = dict(params.options)
         self._threads = params.threads
         self._n_ctx = params.n_ctx
@@ -309,7 +255,7 @@ class OrtAdapter(Adapter):
                 )
                 raise ValueError(msg)
             self._past_of[present] = name
-            dtype = _NP_TYPES.get(info.type, np.float32)
+            dtype = NP_TYPES.get(info.type, np.float32)
             self._empty_past[name] = np.zeros((1, shape[1], 0, shape[3]), dtype=dtype)
         if "input_ids" not in self._inputs:
             msg = f"the model has no 'input_ids' input (inputs: {', '.join(self._inputs)})"
@@ -361,13 +307,13 @@ class OrtAdapter(Adapter):
             msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
             raise ValueError(msg)
         feeds: dict[str, Any] = dict(self._past)
-        ids_type = _NP_TYPES.get(self._inputs["input_ids"].type, np.int64)
+        ids_type = NP_TYPES.get(self._inputs["input_ids"].type, np.int64)
         feeds["input_ids"] = np.asarray(tokens, dtype=ids_type).reshape(1, n)
         if "position_ids" in self._inputs:
-            pos_type = _NP_TYPES.get(self._inputs["position_ids"].type, np.int64)
+            pos_type = NP_TYPES.get(self._inputs["position_ids"].type, np.int64)
             feeds["position_ids"] = np.arange(self._pos, total, dtype=pos_type).reshape(1, n)
         if "attention_mask" in self._inputs:
-            mask_type = _NP_TYPES.get(self._inputs["attention_mask"].type, np.int64)
+            mask_type = NP_TYPES.get(self._inputs["attention_mask"].type, np.int64)
             feeds["attention_mask"] = np.ones((1, total), dtype=mask_type)
         outs = self._sess.run(self._outputs, feeds)
         self._logits = outs[0][0, -1]
@@ -557,9 +503,24 @@ class OrtAdapter(Adapter):
             return [{"error": f"device enumeration failed: {exc}"}]
 
     def evidence(self) -> dict[str, Any]:
+        return self._report()[0]
+
+    def placement(self) -> dict[str, Any] | None:
+        """Which execution provider ran this (the ``Placement`` capability): the providers
+        asked for, the session's, per-provider node counts, the fallback judgement."""
+        return self._report()[1]
+
+    def _report(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """Evidence and placement, built together once (in that order the probes need: model
+        facts from the measured session, then node counts, which may release it)."""
+        if self._reported is None:
+            self._reported = self._build_report()
+        return self._reported
+
+    def _build_report(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
         ort = self._ort
         if ort is None:
-            return {}
+            return {}, None
         requested = provider_names(self._providers)
         had_session = self._sess is not None
         used = list(self._sess.get_providers()) if had_session else []
@@ -588,7 +549,6 @@ class OrtAdapter(Adapter):
             "system_info": f"onnxruntime {ort.__version__}"
             + (f"; {build()}" if build else "")
             + f"; device {ort.get_device()}",
-            "placement": placement,
             "devices": self._devices(),
             "debug_facilities": self._debug_facilities(),
             "session": {
@@ -608,7 +568,7 @@ class OrtAdapter(Adapter):
             ev["load_error"] = self._load_error
         if model is not None:
             ev["model"] = model
-        return ev
+        return ev, placement
 
     def _model_info(self) -> dict[str, Any]:
         meta = self._sess.get_modelmeta()

@@ -1,0 +1,196 @@
+"""What a runtime can do beyond the :class:`~rtmatrix.adapters.base.Adapter` contract.
+
+Each capability is a small ``typing.Protocol``: an adapter offers it by having the method (no
+registration, no base class), so a third-party adapter offers it the same way a built-in one does.
+Generic code asks with ``isinstance(adapter, Streaming)`` and, where the capability is absent,
+records the cell or the figure as ``unavailable`` with :func:`missing`'s reason, which names the
+capability and its method.
+
+=============  ============================  ==============================================
+capability     method                        unlocks
+=============  ============================  ==============================================
+Streaming      ``stream_backend()``          scenarios ``stream`` and ``cancel``
+Abortable      ``abort_prefill(...)``        the mid-prefill cancel of scenario ``cancel``
+Serving        ``server_driver()``           scenario ``serve``
+Placement      ``placement()``               ``evidence.placement`` (fallback outcome)
+=============  ============================  ==============================================
+
+Nothing here imports a runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from rtmatrix.adapters.base import Adapter
+
+#: called by the runtime right after each sampled token; True stops the request there
+OnToken = Callable[[], bool]
+#: called when the runtime starts on the prompt
+OnPrefill = Callable[[], None]
+
+
+class StreamBackend(Protocol):
+    """The runtime's *own* streaming path (not the harness's prefill/decode loop), as the
+    ``stream`` and ``cancel`` scenarios drive it."""
+
+    #: registry name of the runtime
+    runtime: str
+    #: the runtime API the stream goes through, in words
+    api: str
+    #: cancel mode (``stop`` | ``close``) -> how this runtime cancels in that mode
+    cancel_modes: Mapping[str, str]
+    #: cancel mode -> why this runtime does not have it
+    missing_modes: Mapping[str, str]
+    #: what :meth:`state` reads, and where it comes from
+    state_doc: str
+
+    def open_stream(
+        self,
+        prompt: Sequence[int],
+        max_tokens: int,
+        banned: Sequence[int],
+        on_token: OnToken,
+        on_prefill: OnPrefill,
+    ) -> Iterator[Any]:
+        """A fresh request (no prefix reuse), greedy, ``banned`` ids masked: ``on_prefill``
+        when the runtime starts on the prompt, ``on_token`` after each sampled token (True stops
+        the request there); the iterator yields the runtime's stream chunks, and ``close()`` on
+        it cancels."""
+        ...
+
+    def chunk_text(self, chunk: Any) -> str:
+        """The text a chunk carries ("" when none)."""
+        ...
+
+    def byte_tokens(self) -> list[int]:
+        """Token ids that the stream may hold back (byte-fallback tokens); [] when none."""
+        ...
+
+    def generated(self, n_prompt: int) -> list[int] | None:
+        """Token ids of the last stream after the prompt, where the runtime keeps them."""
+        ...
+
+    def release(self) -> None:
+        """Give back the sequence state of the last stream."""
+        ...
+
+    def state(self) -> dict[str, int | None]:
+        """The runtime's own view of its context state (``None`` where it has none); the
+        ``cancel`` checks know ``state_bytes``, ``kv_pos_max`` and ``kv_tokens``."""
+        ...
+
+
+@runtime_checkable
+class Streaming(Protocol):
+    """The runtime streams tokens through its own API (scenarios ``stream``, ``cancel``)."""
+
+    def stream_backend(self) -> StreamBackend:
+        """The backend over the loaded model (the same object on every call). Raise
+        :class:`RuntimeUnavailable` when this build or model cannot stream."""
+        ...
+
+
+@runtime_checkable
+class Abortable(Protocol):
+    """A running prefill can be stopped from another thread (the ``cancel`` scenario's
+    mid-prefill probe)."""
+
+    def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
+        """Start a prefill of ``prompt`` on a released sequence, ask for a stop ``delay_s`` after
+        it began from another thread (``None``: never, a timed uncancelled prefill), leave the
+        sequence released. Report ``aborted`` (bool), ``prefill_s``, ``due_s``, ``flag_s``,
+        ``flag_late_s``, ``latency_s`` (stop requested -> the prefill returned, when aborted),
+        ``how`` (the runtime API, in words) and ``why`` when it did not abort."""
+        ...
+
+
+@dataclass(frozen=True)
+class ServerLaunch:
+    """How to start one server process: its command line and the settings it was given."""
+
+    argv: list[str]
+    #: what the server was configured with (recorded in the result)
+    settings: dict[str, Any]
+
+
+class ServerDriver(Protocol):
+    """The runtime's own OpenAI-compatible HTTP server (``/v1/completions`` with server-sent
+    events, ``/v1/models``), as the ``serve`` scenario starts and drives it."""
+
+    #: the server program, in words (error messages name it)
+    program: str
+    #: the API the requests go through, in words
+    api: str
+
+    def prompt_text(self, tokens: Sequence[int]) -> str:
+        """The text of ``tokens`` as the server's tokenizer would read it back."""
+        ...
+
+    def byte_tokens(self) -> list[int]:
+        """Token ids the server may hold back from an event (byte-fallback tokens)."""
+        ...
+
+    def launch(self, workdir: Path, name: str, port: int, interrupt: bool | None) -> ServerLaunch:
+        """Write what the server needs under ``workdir`` and return its command line, serving the
+        loaded model with the adapter's own load settings on 127.0.0.1:``port``. ``interrupt``:
+        whether a new request ends the stream in progress (``None``: the server's default)."""
+        ...
+
+    def logged_disconnect(self, log: str) -> bool:
+        """Whether the server's log records a client that went away mid-stream."""
+        ...
+
+
+@runtime_checkable
+class Serving(Protocol):
+    """The runtime ships an OpenAI-compatible server (scenario ``serve``)."""
+
+    def server_driver(self) -> ServerDriver:
+        """A driver for the loaded model. Raise :class:`RuntimeUnavailable` (naming the install
+        command) when the server's own dependencies are missing."""
+        ...
+
+
+@runtime_checkable
+class Placement(Protocol):
+    """The runtime says where the work ran (``evidence.placement``)."""
+
+    def placement(self) -> dict[str, Any] | None:
+        """``{"requested": [...], "used": [...], "fallback": bool, ...}`` (``fallback: true``
+        makes the cell's outcome ``fallback``: it ran, but not where asked), or ``None`` when
+        nothing was set up to run (the runtime never imported)."""
+        ...
+
+
+CAPABILITIES: dict[type[Any], str] = {
+    Streaming: "stream_backend()",
+    Abortable: "abort_prefill(prompt, delay_s)",
+    Serving: "server_driver()",
+    Placement: "placement()",
+}
+
+
+def missing(adapter: Adapter, capability: type[Any], what: str) -> str:
+    """The reason ``what`` is unavailable: the runtime lacks ``capability``."""
+    method = CAPABILITIES.get(capability, "?")
+    return (
+        f"{what}: runtime {adapter.name!r} does not offer the {capability.__name__} capability "
+        f"(rtmatrix.adapters.capabilities.{capability.__name__}: {method})"
+    )
+
+
+def collect_evidence(adapter: Adapter) -> dict[str, Any]:
+    """``adapter.evidence()`` with the placement record where the runtime offers
+    :class:`Placement`, else ``placement_unavailable`` naming the missing capability."""
+    ev = dict(adapter.evidence())
+    if isinstance(adapter, Placement):
+        placed = adapter.placement()
+        if placed is not None:
+            ev["placement"] = placed
+    elif "placement" not in ev:
+        ev["placement_unavailable"] = missing(adapter, Placement, "placement evidence")
+    return ev
