@@ -210,8 +210,44 @@ def _address_of(cluster: local.LocalCluster, name: str) -> str:
     security, _ = security_for(cluster.address, None, cluster.env)
     with Client(cluster.address, security=security, timeout=30) as client:
         workers = client.scheduler_info(n_workers=-1)["workers"]
-    return next(a for a, w in workers.items() if w["name"] == name)
+    return str(next(a for a, w in workers.items() if w["name"] == name))
 
 
 def _by_key(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["key"]: c for c in rec["cells"]}
+
+
+class _StubClient:
+    """Records submissions (the retry logic alone; the cluster tests above cover Dask)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[dict[str, Any]] = []
+
+    def submit(self, fn: Any, payload: dict[str, Any], **kw: Any) -> Any:
+        self.submitted.append(kw | {"payload": payload})
+        return type("Future", (), {"key": kw["key"]})()
+
+
+def test_a_lost_host_is_resubmitted_only_as_often_as_the_matrix_allows(tmp_path: Path) -> None:
+    from rtmatrix.runner.orchestrate import OpenedRun, RunContext
+
+    text = matrix_text({"lab-a": "NumpyAdapter"}).replace(
+        "[cluster]\n", "[cluster]\nhost_lost_retries = 1\n"
+    )
+    m = parse_matrix(text, tmp_path / "m.toml")
+    (cell,) = m.cells()
+    assert m.cluster is not None
+    describe = {cell.runtime: {"container": "gguf", "distribution": "numpy"}}
+    ctx = RunContext(m, {"run_id": "r1", "cells": []}, describe)
+    stub = _StubClient()
+    fleet = dispatch.Fleet(stub, "tls://s:1", OpenedRun(ctx, tmp_path, [cell], [cell]), m.cluster,
+                           lambda _: None, names={"tls://w:1": "lab-a"})  # fmt: skip
+    sub = dispatch.Submitted(cell, "lab-a")
+    lost = type("KilledWorker", (), {"last_worker": type("W", (), {"address": "tls://w:1"})})()
+    assert dispatch._host_lost(fleet, sub, lost) is None  # the one retry
+    assert stub.submitted[-1]["resources"] == {"lab-a": 1}
+    rec = dispatch._host_lost(fleet, sub, lost)
+    assert rec is not None and rec["outcome"]["status"] == "host-lost"
+    assert "attempt 2; lost before: tls://w:1 (lab-a)" in rec["outcome"]["message"]
+    assert rec["host"]["lost"] == ["tls://w:1 (lab-a)", "tls://w:1 (lab-a)"]
+    assert len(stub.submitted) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +72,8 @@ def test_a_job_of_another_version_is_refused_naming_both(
     change: dict[str, int], message: str
 ) -> None:
     cell, target = cell_on("here")
-    job = dataclasses.replace(CellJob(cell_to_json(cell), target), **change)
-    reply = CellReply.from_dict(run_cell_remote(job.to_dict()))
+    payload = CellJob(cell_to_json(cell), target).to_dict() | change
+    reply = CellReply.from_dict(run_cell_remote(payload))
     assert reply.record is None and reply.refused is not None
     assert reply.refused.startswith(message) and "this rtmatrix" in reply.refused
 

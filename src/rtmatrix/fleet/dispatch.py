@@ -232,7 +232,7 @@ def _finished(fleet: Fleet, fut: Any) -> dict[str, Any] | None:
     if fut.status == "cancelled":
         why = fleet.cancelled.pop(fut.key, None)
         if why is None:
-            fleet.scheduler_lost = fleet.scheduler_lost or f"{sub.cell.key} was cancelled"
+            fleet.scheduler_lost = fleet.scheduler_lost or f"it cancelled {sub.cell.key}"
             return None
         return _not_run(fleet, sub, Status.UNAVAILABLE, "schedule", why, None)
     return _errored(fleet, sub, fut)
