@@ -16,6 +16,7 @@ already running on a host finishes there (within its ``timeout_s``) and is disca
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import traceback
@@ -71,6 +72,8 @@ class Fleet:
     allowed_failures: Any = None
     scheduler_lost: str | None = None
     n_submitted: int = 0
+    #: in every task key: a resumed run never reuses a key a cancelled task may still hold
+    token: str = field(default_factory=lambda: os.urandom(3).hex())
 
     @property
     def record(self) -> dict[str, Any]:
@@ -123,7 +126,7 @@ def _submit(fleet: Fleet, cell: Cell, sub: Submitted | None = None) -> None:
         power=dict(matrix.power),
     )
     fleet.n_submitted += 1
-    key = f"rtmatrix-{fleet.record['run_id']}-{fleet.n_submitted}"
+    key = f"rtmatrix-{fleet.record['run_id']}-{fleet.token}-{fleet.n_submitted}"
     fut = fleet.client.submit(
         run_cell_remote,
         job.to_dict(),
@@ -170,7 +173,9 @@ def _from_reply(fleet: Fleet, sub: Submitted, data: Any) -> dict[str, Any]:
         return _not_run(fleet, sub, Status.ERROR, "protocol", str(exc), worker)
     if reply.refused or reply.record is None:
         why = f"the host {_worker_text(fleet, worker)} refused the cell: {reply.refused}"
-        return _not_run(fleet, sub, Status.UNAVAILABLE, "protocol", why, worker)
+        refused = _not_run(fleet, sub, Status.UNAVAILABLE, "protocol", why, worker)
+        refused["host"] = reply.host | _lost(sub)  # who refused, and what it is
+        return refused
     rec = reply.record
     if rec.get("key") != sub.cell.key:
         why = f"the host returned the record of {rec.get('key')!r}, not {sub.cell.key!r}"
