@@ -137,6 +137,7 @@ class Source(StrEnum):
     OS_ACCOUNTING = "os-accounting"
     PACKAGE_METADATA = "package-metadata"
     MODELLED = "modelled"
+    REFERENCE_TOOL = "reference-tool"  # the runtime's own benchmark tool (llama-bench)
     UNAVAILABLE = "unavailable"
 
 

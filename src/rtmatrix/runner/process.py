@@ -245,6 +245,29 @@ def read_result(job_dir: Path) -> ReadResult:
         return ReadResult(None, problem)
 
 
+def prepare_adapter(
+    target: str, cwd: Path | None = None, python: str | None = None, timeout_s: float = 1800.0
+) -> dict[str, Any]:
+    """The adapter's one-time preparation in a child (its progress goes to our stderr)."""
+    try:
+        proc = subprocess.run(
+            [python or sys.executable, "-m", "rtmatrix.worker", "--prepare", target],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+            cwd=cwd,
+            env=worker_env(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"preparing {target} took longer than {timeout_s:.0f} s"}
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        info = {"error": f"prepare failed (exit {proc.returncode})"}
+    return info
+
+
 def describe_adapter(
     target: str, cwd: Path | None = None, python: str | None = None
 ) -> dict[str, Any]:

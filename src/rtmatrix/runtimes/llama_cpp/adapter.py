@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
 from rtmatrix.runtimes.llama_cpp.stream import LlamaCppBackend, abort_prefill
@@ -98,6 +99,50 @@ class LlamaCppAdapter(Adapter):
         while "\n" in self._partial:
             line, self._partial = self._partial.split("\n", 1)
             self._log.append((_LEVELS.get(level, str(level)), line))
+
+    # -- the runtime's own tools (ReferenceBenchmark; prepared once per run) ------------------
+    @classmethod
+    def prepare(cls, log: Callable[[str], None]) -> dict[str, Any]:
+        """Build (or find cached) llama-bench + llama-server from the installed binding's
+        sdist; a failure is recorded and the reference figures become ``unavailable``."""
+        from rtmatrix.runtimes.llama_cpp import reftool
+
+        log("llama_cpp: llama-bench/llama-server from the installed llama-cpp-python's sdist "
+            "(cached by version and options; a first build takes ~5 min on 2 cores)")  # fmt: skip
+        try:
+            build = reftool.build_tools(log=log)
+        except reftool.ToolUnavailable as exc:
+            return {"reference_tool": {"unavailable": exc.reason}}
+        return {"reference_tool": {"root": str(build.root), "built_now": build.built,
+                                   "version": build.tool_version()}}  # fmt: skip
+
+    @classmethod
+    def reference_benchmark(
+        cls, model_path: Path, params: JobParams, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """llama-bench on the cell's file with the settings this row loads the model with
+        (threads, n_batch, n_ubatch, flash attention, mmap), prompt and generation lengths."""
+        from rtmatrix.runtimes.llama_cpp import reftool
+
+        load = LoadParams(n_ctx=params.n_ctx, threads=params.threads, options=dict(options))
+        st = load_settings(model_path, load)
+        try:
+            build = reftool.find_tools()
+            res = reftool.run_llama_bench(
+                build, model_path, threads=params.threads, n_prompt=params.prompt_tokens,
+                n_gen=params.gen_tokens, repetitions=params.repetitions,
+                flash_attn=int(bool(st.get("flash_attn", False))), n_batch=int(st["n_batch"]),
+                n_ubatch=int(st["n_ubatch"]), use_mmap=bool(st["use_mmap"]),
+                extra=[str(x) for x in options.get("reference_extra_args", [])],
+                timeout_s=max(60.0, 30.0 * params.repetitions),
+            )  # fmt: skip
+        except reftool.ToolUnavailable as exc:
+            raise RuntimeUnavailable(exc.reason) from exc
+        out: dict[str, Any] = {"evidence": res.evidence()}
+        for phase in ("pp", "tg"):
+            if phase in res.phases:
+                out[f"{phase}_tps"] = list(res.phases[phase].samples_tps)
+        return out
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
