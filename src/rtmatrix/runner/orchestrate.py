@@ -322,3 +322,42 @@ def run_matrix(
         raise
     _end(record, path, "complete")
     return path
+
+
+# ------------------------------------------------------------------ hooks for other drivers
+# rtmatrix.fleet runs the same planned cells on a cluster; these give it run_matrix's start and
+# end without its loop (run_matrix itself is unchanged).
+
+
+@dataclass
+class OpenedRun:
+    ctx: RunContext
+    path: Path
+    #: every planned cell, and those the record does not hold yet
+    cells: list[Cell]
+    todo: list[Cell]
+
+
+def open_run(
+    matrix: Matrix,
+    results_dir: Path,
+    progress: Progress = _stderr_progress,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+    resume: Path | None = None,
+) -> OpenedRun:
+    """What run_matrix does before its loop: describe, plan, start or resume, save."""
+    describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
+    cells, skipped = plan_cells(matrix, describe, only)
+    record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
+    record["skipped"] = skipped
+    record["matrix"]["n_cells"] = len(cells)
+    for s in skipped:
+        progress(f"rtmatrix: skipped {s['key']}: {s['reason']}")
+    save_run(record, path, skip_cells=len(record["cells"]))
+    return OpenedRun(RunContext(matrix, record, describe, cwd), path, cells, todo)
+
+
+def close_run(record: dict[str, Any], path: Path, status: str) -> None:
+    """Mark the run ``complete`` or ``interrupted`` and save it (as run_matrix does)."""
+    _end(record, path, status)

@@ -49,6 +49,7 @@ def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
     return {
         "key": cell.key,
         "runtime": cell.runtime,
+        **({"target": cell.target} if cell.target else {}),
         "adapter": cell.adapter,
         "fixture": {
             "name": cell.fixture.name,
@@ -297,7 +298,6 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
     if rec.get("verdict_reason"):
         figs += f"  [{rec['verdict_reason'][:160]}]"
     tag = cell.key.rsplit("|", 1)[-1]
-    head = (
-        f"[{i}/{n}] {cell.runtime} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
-    )
+    where = cell.key.split("|", 1)[0]  # runtime, or runtime@target
+    head = f"[{i}/{n}] {where} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
     return f"{head} ({rec['wall_s']:.1f} s){figs}"
