@@ -173,15 +173,20 @@ class LlamaCppAdapter(Adapter):
                 n_gen=params.gen_tokens, repetitions=params.repetitions,
                 flash_attn=flash_attn_mode(options), n_batch=int(st["n_batch"]),
                 n_ubatch=int(st["n_ubatch"]), use_mmap=bool(st["use_mmap"]),
-                extra=[str(x) for x in options.get("reference_extra_args", [])],
+                # PP from an empty cache, TG after the prompt, as the harness measures them
+                extra=["-d", f"0,{params.prompt_tokens}"]
+                + [str(x) for x in options.get("reference_extra_args", [])],
                 timeout_s=max(60.0, 30.0 * params.repetitions),
             )  # fmt: skip
         except reftool.ToolUnavailable as exc:
             raise RuntimeUnavailable(exc.reason) from exc
         out: dict[str, Any] = {"evidence": res.evidence()}
+        depth = {"pp": 0, "tg": params.prompt_tokens}
         for phase in ("pp", "tg"):
-            if phase in res.phases:
-                out[f"{phase}_tps"] = list(res.phases[phase].samples_tps)
+            found = reftool.phase_at(res.phases, phase, depth[phase])
+            if found is not None:
+                out[f"{phase}_tps"] = list(found.samples_tps)
+                out["evidence"][f"{phase}_depth"] = depth[phase]
         return out
 
     # -- model ---------------------------------------------------------------------------------

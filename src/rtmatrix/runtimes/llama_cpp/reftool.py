@@ -641,6 +641,12 @@ def _phase(name: str, test: dict[str, Any]) -> PhaseResult:
         raise ToolUnavailable(msg) from exc
 
 
+def phase_at(phases: dict[str, PhaseResult], phase: str, depth: int) -> PhaseResult | None:
+    """The ``pp``/``tg`` test run at KV depth ``depth`` (llama-bench ``-d``), if any."""
+    found = [p for p in phases.values() if p.phase == phase and p.n_depth == depth]
+    return found[0] if found else None
+
+
 def settings_of(raw: list[dict[str, Any]]) -> dict[str, Any]:
     """The settings the tool reports per test (the first test's; they are per run here)."""
     if not raw:
