@@ -6,6 +6,8 @@
     nox -s onnxruntime        onnxruntime, onnxruntime_genai and mlc (rows tvm_aot, tvm_jit)
     nox -s lint               ruff + mypy
     nox -s bench              rtmatrix's own costs (pytest-benchmark)
+    nox -s fleet              a loopback Dask cluster (3 labelled workers, TLS) running
+                              matrix/fleet.toml; ``-- --serve`` keeps it up for your own runs
     nox -s upgrade -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]
                               the matrix with the old and the new version of a runtime, each in
                               its own venv, then the diff, the HTML report and the gate
@@ -198,3 +200,15 @@ def openvino(session: nox.Session) -> None:
     session.install("-e", ".[onnxruntime-openvino,test]")
     session.run("pytest", "tests/integration/test_openvino.py", "tests/unit/test_partitions.py")
     session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino.toml"))
+
+
+@nox.session(python=PYTHON)
+def fleet(session: nox.Session) -> None:
+    """A Dask scheduler + three labelled workers on loopback with temporary TLS certificates
+    (the cluster the tests use), then matrix/fleet.toml run across it. ``-- --serve`` keeps the
+    cluster up instead, printing its address and the TLS variables to connect with."""
+    session.install("-e", ".[fleet,llama-cpp]", env=BUILD_ENV)
+    args = ["--labels", "lab-a,lab-b,lab-c"]
+    if "--serve" not in session.posargs:
+        args += ["--run", *(_matrix_args(session, "matrix/fleet.toml")[:1])]
+    session.run("python", "-m", "rtmatrix.fleet.local", *args)

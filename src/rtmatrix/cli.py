@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rtmatrix import __version__
 
 if TYPE_CHECKING:
+    from rtmatrix.matrix import Cell, Matrix
     from rtmatrix.results.diff import Check, RunDiff
 
 EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -38,7 +39,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rtmatrix.matrix import load_matrix
     from rtmatrix.report import render_report
     from rtmatrix.results import load_run
-    from rtmatrix.runner import run_matrix
 
     matrix = load_matrix(Path(args.matrix))
     runtimes = set(args.runtime or [])
@@ -53,12 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         load_run(resume)  # a corrupt or newer file is refused before anything runs
-    path = run_matrix(
-        matrix,
-        Path(args.results),
-        only=(lambda c: c.runtime in runtimes) if runtimes else None,
-        resume=resume,
-    )
+    path = _run(args, matrix, (lambda c: c.runtime in runtimes) if runtimes else None, resume)
     record = load_run(path)
     outcomes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
@@ -72,6 +67,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"rtmatrix: wrote {render_report([record], Path(args.report)).resolve()}")
     failed = verdicts.get("FAIL", 0)
     return EXIT_NOT_OK if (failed and args.strict) else EXIT_OK
+
+
+def _run(
+    args: argparse.Namespace,
+    matrix: Matrix,
+    only: Callable[[Cell], bool] | None,
+    resume: Path | None,
+) -> Path:
+    """Here, or on the cluster (``--cluster`` / ``[cluster] address``): rtmatrix.fleet."""
+    from rtmatrix.fleet import plan_run
+    from rtmatrix.fleet.select import combine
+    from rtmatrix.runner import run_matrix
+
+    plan = plan_run(matrix, args.cluster, args.target)
+    only = combine(only, plan.only if plan.targets else None)  # --runtime and --target
+    if plan.address is None:
+        return run_matrix(matrix, Path(args.results), only=only, resume=resume)
+    from rtmatrix.fleet.dispatch import run_on_cluster
+
+    return run_on_cluster(matrix, Path(args.results), plan.address, only=only, resume=resume)
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from rtmatrix.fleet.merge import merge_runs, parse_part
+    from rtmatrix.results import save_run
+
+    record = merge_runs([parse_part(a) for a in args.runs])
+    save_run(record, Path(args.output))
+    n = len(record["cells"])
+    print(f"rtmatrix: wrote {args.output} ({n} cells from {len(args.runs)} runs)")
+    return EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -275,7 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN.json",
         help="finish an interrupted run: only the cells it lacks are run",
     )
+    run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the cells on a Dask cluster (tls://HOST:PORT; overrides [cluster] address)",
+    )
+    run.add_argument(
+        "--target",
+        action="append",
+        metavar="LABEL",
+        help="only the cells of this [[targets]] label (repeatable); without --cluster: this host",
+    )
     run.set_defaults(func=_cmd_run)
+
+    mrg = sub.add_parser("merge", help="merge runs made on different machines into one run file")
+    mrg.add_argument("runs", nargs="+", metavar="[LABEL=]RUN.json", help="result JSON files")
+    mrg.add_argument("-o", "--output", required=True, metavar="OUT.json", help="merged file")
+    mrg.set_defaults(func=_cmd_merge)
 
     rep = sub.add_parser("report", help="render result files as HTML")
     rep.add_argument("runs", nargs="+", help="result JSON files")
@@ -339,13 +381,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rtmatrix.fixtures import FixtureError
+    from rtmatrix.fleet import FleetError
     from rtmatrix.matrix import MatrixError
     from rtmatrix.results import ResultError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (MatrixError, ResultError, FixtureError) as exc:
+    except (MatrixError, ResultError, FixtureError, FleetError) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

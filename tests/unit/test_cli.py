@@ -53,3 +53,35 @@ def test_fixtures_list_and_build(
     out = capsys.readouterr().out
     assert "built in" in out and "(cached)" in out
     assert main(["fixtures", "build", "--model", "huge"]) == 2
+
+
+def test_merge_writes_one_run_keyed_by_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    golden = Path(__file__).resolve().parent.parent / "golden" / "run-v1.json"
+    out = tmp_path / "merged.json"
+    assert main(["merge", f"pc={golden}", f"board={golden}", "-o", str(out)]) == 0
+    assert "2 cells from 2 runs" in capsys.readouterr().out
+    keys = [c["key"] for c in json.loads(out.read_text())["cells"]]
+    assert keys == [
+        "llama_cpp@pc|tiny/f32|t2-c256-p16-g24",
+        "llama_cpp@board|tiny/f32|t2-c256-p16-g24",
+    ]
+    assert main(["merge", str(golden), str(golden), "-o", str(out)]) == 2
+    assert "is in" in capsys.readouterr().err
+
+
+def test_run_with_targets_needs_a_cluster_or_a_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m = tmp_path / "m.toml"
+    m.write_text("[[targets]]\nlabel = 'board'\n[[runtimes]]\nname = 'llama_cpp'\n"
+                 "[[fixtures]]\nmodel = 'tiny'\n")  # fmt: skip
+    assert main(["run", str(m)]) == 2
+    assert "--cluster ADDRESS" in capsys.readouterr().err
+    assert main(["run", str(m), "--target", "laptop"]) == 2
+    assert "valid: board" in capsys.readouterr().err
+    assert main(["run", str(m), "--cluster", "tcp://10.1.2.3:8786"]) == 2
+    assert "TLS is required" in capsys.readouterr().err

@@ -378,3 +378,21 @@ def test_partitions_panel_survives_missing_and_odd_data() -> None:
 def test_panels_keep_ids_unique_with_two_runs() -> None:
     html = render_html([lifecycle_run(), partition_run()])
     assert not [i for i, n in _ids(html).items() if n > 1]
+
+
+def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) -> None:
+    from rtmatrix.fleet.merge import merge_runs
+    from rtmatrix.results import save_run
+
+    parts = []
+    for name, arch, cpu in (("laptop", "x86_64", "Ryzen 7"), ("board", "aarch64", "Cortex-A76")):
+        run = copy.deepcopy(golden())
+        run["machine"] |= {"hostname": name, "arch": arch, "cpu_model": cpu}
+        save_run(run, tmp_path / f"{name}.json")
+        parts.append((tmp_path / f"{name}.json", None))
+    cols = columns([merge_runs(parts)])
+    assert [c.label.split()[0] for c in cols] == ["llama_cpp@laptop", "llama_cpp@board"]
+    (row,) = [r for r in selection(cols, Notes()) if r.label == "OS / chip"]
+    chips = [" ".join(p.value.text for it in e for p in it.parts) for e in row.entries]
+    assert "x86_64 · Ryzen 7" in chips[0] and "aarch64 · Cortex-A76" in chips[1]
+    assert "aarch64 · Cortex-A76" in render_html([merge_runs(parts)])

@@ -366,6 +366,16 @@ def version_output(binary: Path) -> str:
     return text
 
 
+def file_records(bin_dir: Path, names: Sequence[str]) -> dict[str, str]:
+    """Each staged file's sha256, or ``-> target`` for a symlink (the libraries the binaries
+    load carry the code: the executables themselves are small)."""
+    out: dict[str, str] = {}
+    for name in names:
+        p = bin_dir / name
+        out[name] = f"-> {os.readlink(p)}" if p.is_symlink() else file_sha256(p)
+    return out
+
+
 def _binary_record(path: Path) -> dict[str, Any]:
     return {
         "path": f"bin/{path.name}",
@@ -411,7 +421,7 @@ def _build_into(work: Path, out: Path, key: dict[str, Any], jobs: int, log: Log)
         "build_s": round(t_build - t_cfg, 1),
         "total_s": round(time.perf_counter() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "files": libs,
+        "files": file_records(out / "bin", libs),
         "binaries": {b: _binary_record(out / "bin" / b) for b in BINARIES},
     }
     shutil.copy2(log_path, out / "build.log")
@@ -473,6 +483,23 @@ def build_tools(
         raise ToolUnavailable(msg)
     say(f"built {', '.join(BINARIES)} in {manifest['total_s']} s -> {entry / 'bin'}")
     return ToolBuild(entry, version, manifest, built=True)
+
+
+def find_tools(version: str | None = None, cache_dir: Path | None = None) -> ToolBuild:
+    """The cached build for ``version`` (default: the installed binding), never building it;
+    :class:`ToolUnavailable` says how to get it (``rtmatrix run`` prepares it once per run)."""
+    version = version or installed_version()
+    root = cache_dir or tools_root()
+    entry = entry_dir(root, version, build_key(version, cmake_options()))
+    manifest = read_valid(entry)
+    if manifest is None:
+        msg = (
+            f"llama-bench/llama-server for llama-cpp-python {version} are not built in {entry}; "
+            "`rtmatrix run` builds them before the first llama.cpp cell (or: python -c "
+            "'from rtmatrix.runtimes.llama_cpp.reftool import build_tools; build_tools()')"
+        )
+        raise ToolUnavailable(msg)
+    return ToolBuild(entry, version, manifest, built=False)
 
 
 # -- llama-bench -------------------------------------------------------------------------------
@@ -612,6 +639,12 @@ def _phase(name: str, test: dict[str, Any]) -> PhaseResult:
     except (KeyError, TypeError, ValueError) as exc:
         msg = f"llama-bench JSON test lacks {exc} (fields: {sorted(test)})"
         raise ToolUnavailable(msg) from exc
+
+
+def phase_at(phases: dict[str, PhaseResult], phase: str, depth: int) -> PhaseResult | None:
+    """The ``pp``/``tg`` test run at KV depth ``depth`` (llama-bench ``-d``), if any."""
+    found = [p for p in phases.values() if p.phase == phase and p.n_depth == depth]
+    return found[0] if found else None
 
 
 def settings_of(raw: list[dict[str, Any]]) -> dict[str, Any]:
