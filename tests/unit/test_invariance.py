@@ -71,45 +71,50 @@ def test_the_plan_spreads_lengths_within_the_context() -> None:
 
 
 class FakeTokenServer:
-    """Greedy 'generation' as a function of the prompt; ``leak``: while another request is in
-    flight, a request's output is computed from that other request's prompt (state shared
-    between sessions). Margins are large: every token wins by 3 logits."""
+    """Greedy 'generation' as a function of the prompt; ``leak``: requests that are in flight
+    together all answer from one of their prompts (state shared between sessions). Margins are
+    large: every token wins by 3 logits."""
 
     token_api = "fake"
 
-    def __init__(self, leak: bool = False) -> None:
-        self.leak = leak
-        self._lock = threading.Lock()
+    def __init__(self, n: int, leak: bool = False) -> None:
+        self.n, self.leak = n, leak
+        self._cv = threading.Condition()
         self._inflight: list[Sequence[int]] = []
+        self._batch: Sequence[int] | None = None
 
     def complete_tokens(
         self, port: int, prompt: Sequence[int], max_tokens: int, banned: Sequence[int], n_probs: int
     ) -> dict[str, Any]:
-        with self._lock:
+        with self._cv:
             self._inflight.append(prompt)
-        threading.Event().wait(0.02)
-        with self._lock:
-            source = self._inflight[0] if self.leak else prompt
+            if len(self._inflight) == self.n:  # the whole batch is in: one shared state
+                self._batch = self._inflight[0]
+                self._cv.notify_all()
+            together = self._cv.wait_for(lambda: self._batch is not None, timeout=0.05)
+            source = self._batch if (self.leak and together and self._batch) else prompt
             self._inflight.remove(prompt)
+            if not self._inflight:
+                self._batch = None
         toks = [(sum(source) * 31 + i * 7) % 500 + 3 for i in range(max_tokens)]
         top = [[[t, -0.1], [t + 1, -3.1]] for t in toks]
         return {"tokens": toks, "top": top}
 
 
 def _run(server: FakeTokenServer) -> dict[str, Any]:
-    reqs = inv.plan(4, 12, 8, 64, 512, 1)
+    reqs = inv.plan(server.n, 12, 8, 64, 512, 1)
     return inv.run_phase(server, 0, reqs, [2], dict(inv.DEFAULTS))
 
 
 def test_isolated_sessions_pass_the_check() -> None:
-    res = _run(FakeTokenServer())
+    res = _run(FakeTokenServer(4))
     (c,) = inv.checks(res)
     assert c["ok"], c
     assert all(r["versus"]["concurrent_sequential"]["kind"] == "agree" for r in res["requests"])
 
 
 def test_a_server_that_leaks_sessions_fails_the_check() -> None:
-    res = _run(FakeTokenServer(leak=True))
+    res = _run(FakeTokenServer(4, leak=True))
     (c,) = inv.checks(res)
     assert not c["ok"] and "isolation at token 0" in c["detail"], c
     m = inv.metrics(res, "")
@@ -120,7 +125,7 @@ def test_a_server_that_leaks_sessions_fails_the_check() -> None:
 
 
 def test_with_reference_uses_the_references_own_margin() -> None:
-    res = _run(FakeTokenServer())
+    res = _run(FakeTokenServer(4))
     first = res["requests"][0]
     served = first["sequential"]["tokens"]
 
@@ -143,7 +148,7 @@ def test_with_reference_uses_the_references_own_margin() -> None:
     assert v["kind"] == "numerics" and v["position"] == 2
     assert v["margin"] == pytest.approx(0.01, abs=1e-4)
     assert "top" not in first["sequential"] and "2" in first["sequential"]["top_at_divergence"]
-    assert inv.with_reference(_run(FakeTokenServer()), served_of, exact=False, how="x") == []
+    assert inv.with_reference(_run(FakeTokenServer(4)), served_of, exact=False, how="x") == []
 
 
 def test_metrics_without_the_phase_are_unavailable() -> None:

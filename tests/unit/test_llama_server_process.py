@@ -26,7 +26,7 @@ def test_the_command_line_is_a_service_of_n_slots() -> None:
     assert argv[0] == "/bin/llama-server" and pairs["--host"] == "127.0.0.1"
     assert pairs["--ctx-size"] == "2048" and pairs["--parallel"] == "4"  # -c is split by slots
     assert {"--cont-batching", "--metrics", "--slots", "--no-webui"} <= set(argv)
-    assert pairs["--flash-attn"] == "off" and argv[-1] == "--verbose"
+    assert pairs["--flash-attn"] == "auto" and argv[-1] == "--verbose"
     assert cfg.to_dict()["n_ctx_total"] == 2048
     off = process.server_argv(Path("x"), process.ServerConfig("m", 1, 64, 1, 1, 64, 64, False))
     assert "--no-cont-batching" in off
@@ -37,4 +37,4 @@ def test_a_missing_build_is_unavailable_with_the_fix(
 ) -> None:
     monkeypatch.setenv("RTMATRIX_TOOLS_DIR", str(tmp_path))
     with pytest.raises(RuntimeUnavailable, match=r"python -m rtmatrix.runtimes.llama_server"):
-        process.find_tools(build=False)
+        process.find_tools()

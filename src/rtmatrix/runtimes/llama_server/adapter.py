@@ -9,10 +9,13 @@ single decode steps: the plain ``generate`` loop (prefill, decode, logits) is un
 and the row runs the lifecycle scenarios ``stream``, ``cancel`` (over HTTP, :mod:`.stream`) and
 ``serve`` (:mod:`.driver`).
 
-Row options: ``parallel`` (slots, 4), ``cont_batching`` (true), ``flash_attn`` ("off", as the
-binding's ``Llama``), ``server_args`` (extra command-line arguments), ``start_timeout_s`` (90),
-``request_timeout_s`` (120), ``build_tools`` (false: a missing build is ``unavailable`` naming
-the command that builds it; true: the cell builds it).
+The tools are built (or found in the cache) once per run by :meth:`LlamaServerAdapter.prepare`,
+before the row's first cell; a cell without them is ``unavailable`` with the reason.
+
+Row options: ``parallel`` (slots, 4), ``cont_batching`` (true), ``flash_attn`` (``auto``, as the
+llama_cpp row and llama.cpp's own tools: :func:`rtmatrix.runtimes.llama_cpp.adapter.
+flash_attn_mode`), ``server_args`` (extra command-line arguments), ``start_timeout_s`` (90),
+``request_timeout_s`` (120).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +33,7 @@ from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
 from rtmatrix.runtimes.llama_cpp import reftool
+from rtmatrix.runtimes.llama_cpp.adapter import flash_attn_mode
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.driver import LlamaServerDriver
 from rtmatrix.runtimes.llama_server.errors import ERROR_PATTERNS
@@ -56,11 +60,10 @@ _EVIDENCE = re.compile(
 DEFAULTS: dict[str, Any] = {
     "parallel": 4,
     "cont_batching": True,
-    "flash_attn": "off",
+    "flash_attn": "auto",
     "server_args": [],
     "start_timeout_s": 90.0,
     "request_timeout_s": 120.0,
-    "build_tools": False,
 }
 
 
@@ -108,8 +111,29 @@ class LlamaServerAdapter(Adapter):
         self._opts = DEFAULTS | {k: v for k, v in options.items() if k in DEFAULTS}
 
     # -- runtime -------------------------------------------------------------------------------
+    @classmethod
+    def prepare(cls, log: Callable[[str], None]) -> dict[str, Any]:
+        """Build (or find cached) llama-server from the installed binding's sdist, once per run
+        (the same build the llama_cpp row's reference tool uses); a failure is recorded and the
+        row's cells become ``unavailable``."""
+        log(
+            "llama_server: llama-server from the installed llama-cpp-python's sdist (cached by "
+            "version and options; a first build takes minutes to tens of minutes on 2 cores)"
+        )
+        try:
+            build = reftool.build_tools(log=log)
+        except reftool.ToolUnavailable as exc:
+            return {"llama_server": {"unavailable": exc.reason}}
+        return {
+            "llama_server": {
+                "root": str(build.root),
+                "built_now": build.built,
+                "version": build.tool_version("llama-server"),
+            }
+        }
+
     def import_runtime(self) -> str:
-        self._tools = find_tools(bool(self._opts["build_tools"]))
+        self._tools = find_tools()
         line = self._tools.tool_version("llama-server").splitlines()[0]
         return f"{self._tools.version} (llama-server {line.removeprefix('version: ').strip()})"
 
@@ -142,7 +166,7 @@ class LlamaServerAdapter(Adapter):
             n_batch=params.n_ctx,
             n_ubatch=min(params.n_ctx, params.n_batch),
             cont_batching=bool(self._opts["cont_batching"]),
-            flash_attn=str(self._opts["flash_attn"]),
+            flash_attn=flash_attn_mode(self._opts),
             extra_args=tuple(str(a) for a in self._opts["server_args"]),
         )
         self._workdir = Path(tempfile.mkdtemp(prefix="rtmatrix-llama-server-"))

@@ -6,8 +6,8 @@ The command line follows the llama_cpp row's load rule (:func:`rtmatrix.runtimes
 adapter.load_settings`): the same threads, a physical batch of ``min(n_ctx, n_batch)`` and a
 logical batch of ``n_ctx``, CPU only; plus what makes it a service: ``--parallel N`` slots of
 ``n_ctx`` tokens each (``-c`` is the total, split between the slots), continuous batching,
-``--metrics`` and ``/slots``. Flash attention is off unless the row's ``flash_attn`` says
-otherwise (the binding's ``Llama`` default is off, llama-server's ``auto``).
+``--metrics`` and ``/slots``; flash attention as the row's ``flash_attn`` says (``auto`` unless
+set, as the llama_cpp row).
 """
 
 from __future__ import annotations
@@ -39,26 +39,13 @@ def free_port() -> int:
         return port
 
 
-def find_tools(build: bool) -> reftool.ToolBuild:
-    """The shared llama.cpp tool build of the installed binding's version: reused from the
-    cache; built here only when ``build`` (a build takes minutes to tens of minutes)."""
+def find_tools() -> reftool.ToolBuild:
+    """The shared llama.cpp tool build of the installed binding's version, from the cache (the
+    row's ``prepare`` builds it before the run's cells; a cell never builds it)."""
     try:
-        version = reftool.installed_version()
-        key = reftool.build_key(version, reftool.cmake_options())
-        entry = reftool.entry_dir(reftool.tools_root(), version, key)
-        manifest = reftool.read_valid(entry)
-        if manifest is not None:
-            return reftool.ToolBuild(entry, version, manifest, built=False)
-        if not build:
-            msg = (
-                f"llama-server is not built for llama-cpp-python {version} on this machine (no "
-                f"complete entry {entry}); build it with `{BUILD_HINT}`, or set the row option "
-                "build_tools = true (the cell then builds it: give it a long timeout_s)"
-            )
-            raise RuntimeUnavailable(msg)
-        return reftool.build_tools(version)
+        return reftool.find_tools()
     except reftool.ToolUnavailable as exc:
-        msg = f"llama-server cannot be built here: {exc.reason}"
+        msg = f"llama-server is not available: {exc.reason}; or: `{BUILD_HINT}`"
         raise RuntimeUnavailable(msg) from exc
 
 
@@ -74,7 +61,7 @@ class ServerConfig:
     n_batch: int
     n_ubatch: int
     cont_batching: bool = True
-    flash_attn: str = "off"
+    flash_attn: str = "auto"
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
