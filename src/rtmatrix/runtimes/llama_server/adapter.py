@@ -53,7 +53,8 @@ NO_LOOP = (
 )
 BYTE, CONTROL, UNKNOWN = 6, 3, 2  # llama.cpp token types (tokenizer.ggml.token_type)
 _EVIDENCE = re.compile(
-    r"system_info|n_ctx|n_slots|kv_unified|flash_attn|n_threads|model type|file type|"
+    r"system_info|n_ctx|n_slots|kv_unified|flash_attn|flash attention|n_threads|model type|"
+    r"file type|"
     r"buffer size|error|failed|warn| W | E ",
     re.IGNORECASE,
 )
@@ -312,6 +313,7 @@ class LlamaServerAdapter(Adapter):
                 "props": self._props,
                 "log_lines_total": len(lines),
                 "log_excerpt": [ln for ln in lines if _EVIDENCE.search(ln)][:80],
+                "flash_attn": flash_attn_record(self._cfg.flash_attn, lines),
                 "log_tail": "\n".join(lines[-40:]),
             }
             if srv.alive():
@@ -331,6 +333,21 @@ class LlamaServerAdapter(Adapter):
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None
+
+
+def flash_attn_record(requested: str, lines: Sequence[str]) -> dict[str, str]:
+    """Flash attention as requested and, where the log says it, as resolved."""
+    for ln in lines:
+        if "Flash Attention" in ln and ("enabled" in ln or "disabled" in ln):
+            return {
+                "requested": requested,
+                "resolved": "enabled" if "enabled" in ln else "disabled",
+            }
+    return {
+        "requested": requested,
+        "resolved": "not in the log: llama-server logs it from verbosity 4 "
+        "(row option server_args = ['--log-verbosity', '4'])",
+    }
 
 
 def _size(folder: Path) -> int:
