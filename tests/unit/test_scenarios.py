@@ -490,3 +490,13 @@ def test_trend_leak_check_tells_a_steady_leak_from_a_one_off_step() -> None:
     bad = trend_leak_check("l", steady, mib)
     assert not bad["ok"] and "trend over 20 cycles" in bad["detail"]
     assert trend_leak_check("l", [1.0, 2.0], mib)["ok"]  # 2 cycles: the endpoint comparison
+
+
+def test_serve_says_when_the_server_served_prompts_from_its_cache() -> None:
+    cached, fresh, other = RequestTrace("c2-r0-0"), RequestTrace("c2-r0-1"), RequestTrace("slow")
+    cached.info["server_timings"] = {"cache_n": 15, "prompt_n": 1}
+    fresh.info["server_timings"] = {"cache_n": 0, "prompt_n": 16}
+    other.info["server_timings"] = {"cache_n": 15}
+    (words,) = serve.cache_findings([cached, fresh, other])
+    assert "1/2 concurrent requests" in words and "up to 15 prompt tokens" in words
+    assert serve.cache_findings([fresh]) == []

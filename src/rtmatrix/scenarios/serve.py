@@ -247,6 +247,10 @@ def stream(
                 tr.token()
             if choice.get("finish_reason"):
                 finish = str(choice["finish_reason"])
+            if isinstance(event.get("timings"), dict):
+                # the server's own account of the request (llama-server): its prefill and
+                # decode time, prompt tokens taken from its cache
+                tr.info["server_timings"] = dict(event["timings"])
             if "error" in event:
                 tr.finish("failed", error=str(event["error"])[:300])
                 return
@@ -458,12 +462,27 @@ def run(
             res["interrupt_probe"] = interrupt_probe(
                 driver, Path(tmp), payload, n_tok, timeout, traces
             )
-    res["findings"] = findings(res)
+    res["findings"] = findings(res) + cache_findings(traces)
     stored = [t.to_dict(origin) for t in traces]
     checks += trace_checks(stored, need_release=True, label="serve")
     res["traces"] = stored
     res["checks"] = checks
     return res
+
+
+def cache_findings(traces: list[RequestTrace]) -> list[str]:
+    """What the server's own per-request timings say about its prompt cache."""
+    sweep = [t for t in traces if t.name.startswith("c")]
+    told = [t.info["server_timings"] for t in sweep if "server_timings" in t.info]
+    cached = [x for x in told if (x.get("cache_n") or 0) > 0]
+    if not cached:
+        return []
+    return [
+        f"the server served {len(cached)}/{len(told)} concurrent requests' prompts from its "
+        f"prompt cache (its default; every request sends the same prompt; up to "
+        f"{max(x['cache_n'] for x in cached)} prompt tokens reused): their TTFT is a cached "
+        "prefill"
+    ]
 
 
 def round_record(trs: list[RequestTrace]) -> dict[str, Any]:
