@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from rtmatrix.outcome import Verdict
 from rtmatrix.results.diff import KNOWN_METRICS, Mark, direction_of, outcome_mark, outcome_rank
 from rtmatrix.results.explain import Explanation, explain, package_differences
 from rtmatrix.results.paired import (
@@ -140,7 +141,7 @@ def rounds_table(records: Iterable[RoundRecord]) -> pd.DataFrame:
         for row in _round_rows(key, rnd, pair)
     ]
     frame = pd.DataFrame(rows, columns=list(ROUND_TABLE_COLUMNS))
-    return frame.astype({"round": int, "used": bool}) if len(frame) else frame
+    return frame.astype({"round": int, "used": bool})
 
 
 def processes_table(records: Iterable[RoundRecord]) -> pd.DataFrame:
@@ -227,7 +228,7 @@ def judge_cell(key: str, recs: Mapping[str, Sequence[dict[str, Any]]], rounds: i
     mixed = [s for s in SIDES if len(outcomes[s]) > 1]
     if mark is not Mark.SAME and mixed:
         reasons = [*reasons, "; ".join(_counts_text(s, outcomes[s]) for s in SIDES)]
-    both_unavailable = all(recs[s][0]["verdict"] == "UNAVAILABLE" for s in SIDES)
+    both_unavailable = all(recs[s][0]["verdict"] == Verdict.UNAVAILABLE for s in SIDES)
     ok = sum(_ok(x) and _ok(y) for x, y in zip(recs["a"], recs["b"], strict=False))
     used = sum(
         _ok(x) and _ok(y) and not _contended(x, y)

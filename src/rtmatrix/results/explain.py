@@ -114,11 +114,11 @@ def _short(value: Any) -> str:
 
 
 def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings -> dotted keys; lists and scalars are leaves."""
+    """Nested mappings -> dotted keys; lists and scalars are leaves, empty mappings vanish."""
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping) and value:
+        if isinstance(value, Mapping):
             out |= flatten(value, f"{name}.")
         else:
             out[name] = value
@@ -267,7 +267,7 @@ def ended(record: Mapping[str, Any] | None) -> str:
 def normalize(line: str) -> str:
     """A log line without what changes from run to run: numbers, addresses, temp paths."""
     line = _TMP.sub("<tmp>", line)
-    line = _HEX.sub("0x#", line)
+    line = _HEX.sub("<addr>", line)
     line = _NUMBER.sub("#", line)
     return _SPACE.sub(" ", line).strip()
 

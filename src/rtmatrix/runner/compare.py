@@ -31,6 +31,7 @@ import dataclasses
 import json
 import math
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -238,20 +239,21 @@ def prepare_side(
     cwd: Path | None = None,
     only: Callable[[Cell], bool] | None = None,
 ) -> Side:
-    env = probe_environment(spec.python, (), cwd)
-    _check_rtmatrix(spec.python, env)
+    if shutil.which(spec.python) is None:
+        msg = f"--{spec.name} {spec.python}: no such executable"
+        raise CompareError(msg)
     side_matrix = _side_matrix(matrix, spec)
     describe = {
         rt.name: process.describe_adapter(rt.adapter, cwd, spec.python)
         for rt in side_matrix.runtimes
     }
+    dists = sorted({str(d["distribution"]) for d in describe.values() if d.get("distribution")})
+    env = probe_environment(spec.python, dists, cwd)
+    _check_rtmatrix(spec.python, env)
     broken = [f"{n}: {d['error']}" for n, d in describe.items() if "error" in d]
     if spec.adapter and broken:
         msg = f"--{spec.name}-adapter {spec.adapter}: " + "; ".join(broken)
         raise CompareError(msg)
-    dists = sorted({str(d["distribution"]) for d in describe.values() if d.get("distribution")})
-    if dists:
-        env["packages"] = probe_environment(spec.python, dists, cwd).get("packages", {})
     planned, skipped = plan_cells(side_matrix, describe, only)
     cells = {c.key: dataclasses.replace(c, options=c.options | spec.options) for c in planned}
     record = new_record(side_matrix, describe)
