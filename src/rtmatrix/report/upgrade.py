@@ -397,7 +397,7 @@ def markdown(doc: dict[str, Any]) -> str:
     out = [f"## rtmatrix compare: {v.title} (exit {v.code})", "", f"**{v.headline}**", ""]
     out += ["| side | python | runtime versions | setup |", "|---|---|---|---|"]
     out += [
-        f"| {s.name} {_md(s.label)} | `{_md(s.python)}` {s.python_version} | {_md(s.versions)} "
+        f"| {_md(s.label)} | `{_md(s.python)}` {s.python_version} | {_md(s.versions)} "
         f"| {_md(s.setup)} |"
         for s in v.sides
     ]

@@ -277,6 +277,21 @@ def _inconclusive_cells(cells: Sequence[CellResult]) -> list[CellResult]:
     ]
 
 
+def _undecided_text(shown: Sequence[CellResult], paired: PairedComparison, inc: int) -> str:
+    if not shown:
+        return "no cell was compared"
+    parts = []
+    if inc:
+        parts.append(f"{inc} of {len(paired.checks)} check(s) neither worse nor shown equivalent")
+    busy = sum(c.all_contended for c in shown)
+    if busy:
+        parts.append(f"{busy} cell(s) not judged: every round contended")
+    apart = sum(c.mark is Mark.NOT_COMPARABLE for c in shown)
+    if apart:
+        parts.append(f"{apart} cell(s) not comparable")
+    return "; ".join(parts)
+
+
 def outcome_of(cells: Sequence[CellResult], paired: PairedComparison) -> Outcome:
     """The exit code and headline: 2 new failure, 1 regression, 3 inconclusive, 0 pass."""
     shown = [c for c in cells if not c.left_out]
@@ -299,13 +314,7 @@ def outcome_of(cells: Sequence[CellResult], paired: PairedComparison) -> Outcome
         flagged = len({c.cell for c in paired.checks if c.verdict is PairedVerdict.REGRESSION})
         code, head = EXIT_REGRESSION, f"REGRESSION: {reg} check(s) worse on {flagged} cell(s)"
     elif undecided or not shown:
-        code = EXIT_INCONCLUSIVE
-        head = (
-            f"INCONCLUSIVE: {inc} of {len(paired.checks)} check(s) neither worse nor shown "
-            f"equivalent; {undecided - inc} cell(s) not judged"
-            if shown
-            else "INCONCLUSIVE: no cell was compared"
-        )
+        code, head = EXIT_INCONCLUSIVE, "INCONCLUSIVE: " + _undecided_text(shown, paired, inc)
     else:
         code = EXIT_PASS
         head = (
@@ -320,7 +329,8 @@ def outcome_of(cells: Sequence[CellResult], paired: PairedComparison) -> Outcome
 
 
 def empty_comparison(alpha: float) -> PairedComparison:
-    return PairedComparison([], alpha, tested=0, notes=["no cell ran ok on both sides"])
+    why = "no check: no round ended ok on both sides without contention"
+    return PairedComparison([], alpha, tested=0, notes=[why])
 
 
 @dataclass(frozen=True)

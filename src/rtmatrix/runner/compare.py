@@ -209,7 +209,12 @@ def _check_rtmatrix(python: str, env: Mapping[str, Any]) -> None:
         raise CompareError(msg)
 
 
-def _side_matrix(matrix: Matrix, spec: SideSpec) -> Matrix:
+def _side_matrix(
+    matrix: Matrix, spec: SideSpec, only: Callable[[Cell], bool] | None = None
+) -> Matrix:
+    """The matrix as this side runs it: only the runtime rows with a selected cell, each with
+    the side's adapter and options."""
+    selected = {c.runtime for c in matrix.cells() if only is None or only(c)}
     adapter = None
     if spec.adapter:
         try:
@@ -220,7 +225,11 @@ def _side_matrix(matrix: Matrix, spec: SideSpec) -> Matrix:
     rows = [
         dataclasses.replace(rt, adapter=adapter or rt.adapter, options=rt.options | spec.options)
         for rt in matrix.runtimes
+        if rt.name in selected
     ]
+    if not rows:
+        msg = f"{matrix.path}: no cell selected (check --runtime and --cell)"
+        raise CompareError(msg)
     return dataclasses.replace(matrix, runtimes=rows)
 
 
@@ -242,7 +251,7 @@ def prepare_side(
     if shutil.which(spec.python) is None:
         msg = f"--{spec.name} {spec.python}: no such executable"
         raise CompareError(msg)
-    side_matrix = _side_matrix(matrix, spec)
+    side_matrix = _side_matrix(matrix, spec, only)
     describe = {
         rt.name: process.describe_adapter(rt.adapter, cwd, spec.python)
         for rt in side_matrix.runtimes
