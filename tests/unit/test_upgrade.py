@@ -53,6 +53,7 @@ def test_markdown_leads_with_the_verdict_and_escapes_table_pipes() -> None:
     assert "moved: decode" in md
     assert "llama-cpp-python 0.3.35 → 0.3.36" in md  # the changed package
     assert f"`{KEY.replace('|', chr(92) + '|')}`" in md  # pipes escaped inside the table
+    assert "<script>" not in md and "&lt;script&gt;" in md  # runtime text is not raw HTML
 
 
 def test_html_opens_with_the_comparison_and_leaves_out_rows_that_did_not_run(

@@ -16,6 +16,7 @@ Runtime rows that did not run (no cell on either side) are left out of both.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -298,7 +299,7 @@ def _side_row(side: dict[str, Any]) -> SideRow:
         f"{rt.get('distribution') or name} {rt.get('version') or 'not installed'}"
         for name, rt in (side.get("runtimes") or {}).items()
     )
-    options = ", ".join(f"{k}={v!r}" for k, v in (side.get("options") or {}).items())
+    options = ", ".join(f"{k}={json.dumps(v)}" for k, v in (side.get("options") or {}).items())
     setup = "; ".join(
         x for x in (f"adapter {side['adapter']}" if side.get("adapter") else "", options) if x
     )
@@ -385,32 +386,37 @@ def comparison_view(doc: dict[str, Any]) -> ComparisonView:
     )
 
 
+def _txt(text: str) -> str:
+    """Free text (runtime messages, log lines) for Markdown: no raw HTML, one line."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", " ")
+
+
 def _md(text: str) -> str:
-    """Text for a Markdown table cell: pipes escaped, no line breaks."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown table cell: as :func:`_txt`, pipes escaped."""
+    return _txt(text).replace("|", "\\|")
 
 
 def markdown(doc: dict[str, Any]) -> str:
     """The comparison as Markdown for a CI job summary: the verdict and the flagged cells with
     their explanations first, then every check, outcome changes and notes."""
     v = comparison_view(doc)
-    out = [f"## rtmatrix compare: {v.title} (exit {v.code})", "", f"**{v.headline}**", ""]
+    out = [f"## rtmatrix compare: {v.title} (exit {v.code})", "", f"**{_txt(v.headline)}**", ""]
     out += ["| side | python | runtime versions | setup |", "|---|---|---|---|"]
     out += [
         f"| {_md(s.label)} | `{_md(s.python)}` {s.python_version} | {_md(s.versions)} "
         f"| {_md(s.setup)} |"
         for s in v.sides
     ]
-    out += ["", v.settings, ""]
+    out += ["", _txt(v.settings), ""]
     if v.flagged:
         out += ["### Regressions and new failures", ""]
         for f in v.flagged:
             kind = "new failure" if f.cls == "!" else "regression"
             out.append(f"#### `{f.cls}` {kind}: `{f.key}`")
-            out += [f"- {w}" for w in f.what]
+            out += [f"- {_txt(w)}" for w in f.what]
             for title, lines in f.sections:
                 out.append(f"- **{title}**")
-                out += [f"  - {ln}" for ln in lines]
+                out += [f"  - {_txt(ln)}" for ln in lines]
             out.append("")
     if v.checks:
         out += ["### Checks", "", "| | cell | metric | verdict | change | 90% CI | K | note |"]
@@ -423,10 +429,10 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append("")
     if v.outcome_changes:
         out += ["### Fixed and not comparable", ""]
-        out += [f"- `{m}` `{k}`: {r}" for m, k, r in v.outcome_changes]
+        out += [f"- `{m}` `{k}`: {_txt(r)}" for m, k, r in v.outcome_changes]
         out.append("")
     if v.notes:
-        out += ["### Notes", ""] + [f"- {n}" for n in v.notes] + [""]
+        out += ["### Notes", ""] + [f"- {_txt(n)}" for n in v.notes] + [""]
     return "\n".join(out)
 
 

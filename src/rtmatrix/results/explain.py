@@ -334,7 +334,7 @@ class Explanation:
         if not self.phases:
             return ["no phase was timed on either side"]
         if self.phases_from == "records":
-            head = "not ok on both sides in any usable round: each side's recorded times"
+            head = "no usable paired round (not ok on both sides): each side's median time"
         elif self.moved:
             head = "moved: " + ", ".join(self.moved)
         else:

@@ -337,6 +337,7 @@ class Rounds:
                 _package_fix(
                     rec, side.environment, side.describe[rec["runtime"]].get("distribution")
                 )
+                side.ctx.record["cells"].append(rec)  # (unique memory-cgroup names; saved apart)
                 recs[name] = rec
                 self.records.append(RoundRecord(key, rnd, name, pos, rec))
             self.progress(_progress_line(rnd, str(self.k or "?"), key, order, recs))
@@ -417,7 +418,8 @@ def run_comparison(
     """Run the comparison; returns it and the two sides' run files."""
     sides = {s.name: prepare_side(s, matrix, cwd, only) for s in (a, b)}
     keys = _shared_keys(sides, progress)
-    _warm_fixtures([sides["a"].cells[k] for k in keys], sides["a"].describe)
+    for side in sides.values():
+        _warm_fixtures([side.cells[k] for k in keys], side.describe)
     rounds = Rounds(sides, keys, settings, progress)
     rounds.k = (settings.rounds or DEFAULT_ROUNDS) if settings.budget_s is None else 0
     progress(f"rtmatrix compare: {len(keys)} cell(s), A = {a.python}, B = {b.python}")
