@@ -286,7 +286,7 @@ versions installed (e.g. two venvs for an upgrade, or the same python twice); --
 --b-option KEY=VALUE (a TOML value, else a string; repeatable) are merged over every cell's
 runtime options on that side, --a-adapter / --b-adapter module:Class replace the adapter of
 every selected runtime row on that side. So one command compares an upgrade, a setting
-(--b-option flash_attn=true) or an injected slowdown.
+(--b-option flash_attn=on) or an injected slowdown.
 
 Rounds: each round runs every cell once per side, the two processes in a seeded random order
 (AB or BA, --seed); a side's value for a round is the median of that process's counted

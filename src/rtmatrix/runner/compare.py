@@ -3,7 +3,7 @@
 A **side** is an environment — a Python executable with rtmatrix and that side's runtime
 versions — optionally with its own runtime options (merged over every cell's options) or its own
 adapter (replacing every selected runtime row's adapter). So one design compares an upgrade
-(two venvs), a setting (``--b-option flash_attn=true``) or an injected slowdown in a test.
+(two venvs), a setting (``--b-option flash_attn=on``) or an injected slowdown in a test.
 
 Each **round** runs every cell once per side, the two worker processes in a seeded random order
 (AB or BA, drawn per round and cell from ``random.Random(seed)``). A cell that is not ``ok`` on a
