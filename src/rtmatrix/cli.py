@@ -296,8 +296,9 @@ are skipped for figures and counted. K: --rounds, else %(k)d (found 10%% slowdow
 check and 5%% in 94%% at 3%% between-process spread in the paired module's simulation); with
 --budget-s, K from round 1's wall time (at most --rounds when given).
 
-Decision per cell x judged metric (--metric; default %(metrics)s), from the K paired
-log-ratios, only for cells ok on both sides: regression when a one-sided t-test rejects at
+Decision per cell x judged metric, from the K paired log-ratios, only for cells ok on both
+sides (judged metrics: --metric, default %(metrics)s):
+regression when a one-sided t-test rejects at
 --alpha after Holm over all checks and the change exceeds the min effect (--min-effect);
 equivalent when the 90%% interval of the ratio lies inside +-margin (--margin, TOST);
 otherwise inconclusive, with the minimum detectable effect and the K it would need. Defaults
@@ -313,7 +314,7 @@ Exit codes: 0 pass (every check equivalent or improved, no outcome worse), 1 reg
 2 new failure, 3 inconclusive (or nothing compared), 4 bad input, 130 interrupted."""
 
 
-def _pct(spec: str, flag: str, *, positive: bool) -> tuple[str, float]:
+def _compare_pct(spec: str, flag: str, *, positive: bool) -> tuple[str, float]:
     """``[METRIC:]PCT`` (``5``, ``5%``, ``tg_tps:3%``) -> (metric or "", fraction)."""
     from rtmatrix.results.diff import CheckError
 
@@ -328,7 +329,7 @@ def _pct(spec: str, flag: str, *, positive: bool) -> tuple[str, float]:
     return metric.strip(), value
 
 
-def _option(spec: str, flag: str) -> tuple[str, Any]:
+def _compare_option(spec: str, flag: str) -> tuple[str, Any]:
     """``KEY=VALUE``: VALUE as a TOML value (true, 3, "x", [..]) or else a plain string."""
     import tomllib
 
@@ -369,8 +370,10 @@ def _compare_settings(args: argparse.Namespace) -> Any:
         alpha=args.alpha,
         seed=args.seed,
         metrics=metrics,
-        margin=dict(_pct(s, "--margin", positive=True) for s in args.margin or []),
-        min_effect=dict(_pct(s, "--min-effect", positive=False) for s in args.min_effect or []),
+        margin=dict(_compare_pct(m, "--margin", positive=True) for m in args.margin or []),
+        min_effect=dict(
+            _compare_pct(m, "--min-effect", positive=False) for m in args.min_effect or []
+        ),
     )
 
 
@@ -378,7 +381,7 @@ def _side_spec(args: argparse.Namespace, name: str) -> Any:
     from rtmatrix.runner.compare import SideSpec
 
     flag = f"--{name}-option"
-    options = dict(_option(s, flag) for s in getattr(args, f"{name}_option") or [])
+    options = dict(_compare_option(s, flag) for s in getattr(args, f"{name}_option") or [])
     return SideSpec(
         name,
         getattr(args, name),
