@@ -59,10 +59,15 @@ def _plots(cols: list[views.Column]) -> list[plots.Plot]:
     ]
 
 
-def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> str:
-    """The page for ``runs`` (newest last), with an upgrade view against ``baseline``."""
+def render_html(
+    runs: list[dict[str, Any]],
+    baseline: dict[str, Any] | None = None,
+    comparison: upgrade.ComparisonView | None = None,
+) -> str:
+    """The page for ``runs`` (newest last), with an upgrade view against ``baseline`` and/or a
+    paired comparison first; upgrade pages leave out runtime rows that did not run."""
     notes = views.Notes()
-    cols = views.columns(runs)
+    cols = views.columns(runs, ran_only=bool(baseline or comparison))
     script = _asset("report.js")
     context = {
         "runs": runs,
@@ -75,6 +80,7 @@ def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = No
         "partitions": partitions.panel(cols, notes),
         "upgrades": [upgrade.view(baseline, run) for run in runs] if baseline else [],
         "baseline": baseline,
+        "comparison": comparison,
         "notes": notes,
         "sources": views.SOURCES,
         "css": _asset("report.css"),
@@ -85,10 +91,13 @@ def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = No
 
 
 def render_report(
-    runs: list[dict[str, Any]], out_dir: Path, baseline: dict[str, Any] | None = None
+    runs: list[dict[str, Any]],
+    out_dir: Path,
+    baseline: dict[str, Any] | None = None,
+    comparison: upgrade.ComparisonView | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path."""
-    html = render_html(runs, baseline)
+    html = render_html(runs, baseline, comparison)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
     tmp = path.with_suffix(".html.tmp")

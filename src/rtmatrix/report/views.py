@@ -259,8 +259,9 @@ def anchor(run_index: int, cell_index: int) -> str:
     return f"ev-{run_index}-{cell_index}"
 
 
-def columns(runs: list[dict[str, Any]]) -> list[Column]:
-    """One column per runtime row (and target) of each run, in run order, then matrix order."""
+def columns(runs: list[dict[str, Any]], ran_only: bool = False) -> list[Column]:
+    """One column per runtime row (and target) of each run, in run order, then matrix order;
+    with ``ran_only``, rows without a cell in that run (they did not run) are left out."""
     cols = []
     for ri, run in enumerate(runs):
         names = list(run.get("runtimes", {}))
@@ -270,6 +271,8 @@ def columns(runs: list[dict[str, Any]]) -> list[Column]:
             mine = [
                 (anchor(ri, ci), c) for ci, c in enumerate(run["cells"]) if c["runtime"] == name
             ]
+            if ran_only and not mine:
+                continue
             for target in dict.fromkeys(c.get("target") for _, c in mine) or [None]:
                 cells = [(a, c) for a, c in mine if c.get("target") == target]
                 cols.append(Column(ri, run, name, info, cells, target=target))

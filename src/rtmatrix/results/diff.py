@@ -594,6 +594,26 @@ def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
     return (Mark.NEW_FAILURE, what) if rc > rb else (Mark.FIXED, what)
 
 
+def outcome_mark(b: dict[str, Any], c: dict[str, Any]) -> tuple[Mark, list[str]]:
+    """How two records of one cell compare on their outcome alone, as :func:`compare_cells`
+    judges it before any figure: ``x`` (fixture, params or a side unavailable), ``!``, ``*``,
+    else ``=``; with the reasons. (``rtmatrix compare`` judges figures by paired rounds.)"""
+    reasons = _incomparable(b, c)
+    if reasons:
+        return Mark.NOT_COMPARABLE, reasons
+    change = _outcome_change(Side.of(b), Side.of(c))
+    return (change[0], [change[1]]) if change else (Mark.SAME, [])
+
+
+def outcome_rank(cell: dict[str, Any]) -> tuple[int, int]:
+    """(verdict rank, outcome severity) of a record: higher is worse; unavailable is lowest."""
+    verdict = Verdict(cell["verdict"])
+    if verdict is Verdict.UNAVAILABLE:
+        return (-1, -1)
+    severity = _STATUS_SEVERITY.get(Status(cell["outcome"]["status"]), _WORST)
+    return (_VERDICT_RANK[verdict], severity)
+
+
 def _worst(metrics: Sequence[MetricDiff]) -> Mark:
     marks = {m.mark for m in metrics if m.gate}
     for mark in (Mark.WORSE, Mark.BETTER, Mark.NOISE):

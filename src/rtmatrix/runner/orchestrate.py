@@ -203,15 +203,19 @@ def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
     )
 
 
-def _reference(ctx: RunContext, cell: Cell, fx: PreparedFixture) -> WorkerResult | None:
+def _reference(ctx: RunContext, cell: Cell, fx: PreparedFixture) -> WorkerResult:
     """The runtime's own benchmark tool on the cell's file, in a worker process of its own."""
     with tempfile.TemporaryDirectory(prefix="rtmatrix-ref-") as tmp:
         job_dir = Path(tmp)
         make_job(ctx, cell, fx, None, task="reference").write(job_dir / "job.json")
-        timeout = max(float(cell.run["timeout_s"]), 60.0)
-        process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
-                       python=ctx.python)  # fmt: skip
-        return process.read_result(job_dir).result
+        timeout = max(2 * float(cell.run["timeout_s"]), 120.0)  # two llama-bench runs
+        lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
+                             python=ctx.python)  # fmt: skip
+        read = process.read_result(job_dir)
+    if read.result is not None:
+        return read.result
+    why = classify(lau, None, "reference", 0, None, problem=read.problem).message
+    return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}")
 
 
 def plan_cells(

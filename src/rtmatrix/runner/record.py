@@ -248,11 +248,11 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     return out
 
 
-def reference_metrics(rec: dict[str, Any], ref: WorkerResult | None) -> None:
+def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
     """Add the runtime's own benchmark figures (``*_tps_reference``, source reference-tool) and
     the harness ÷ tool ratios to a finished cell's record; unavailable with the reason."""
-    data = ref.reference if ref is not None and ref.status == "ok" else None
-    why = (ref.message if ref is not None else None) or "the reference tool did not run"
+    data = ref.reference if ref.status == "ok" else None
+    why = ref.message or "the reference tool reported nothing"
     m = rec["metrics"]
     for phase, key, ref_key in (
         ("pp", M.PP_TPS, M.PP_TPS_REFERENCE),

@@ -166,28 +166,36 @@ class LlamaCppAdapter(Adapter):
 
         load = LoadParams(n_ctx=params.n_ctx, threads=params.threads, options=dict(options))
         st = load_settings(model_path, load)
+        extra = [str(x) for x in options.get("reference_extra_args", [])]
+        # PP from an empty cache and TG after the prompt, as the harness measures them: one
+        # llama-bench run per phase (-n 0 / -p 0), with the row's own load settings
+        runs = {
+            "pp": (params.prompt_tokens, 0, 0),
+            "tg": (0, params.gen_tokens, params.prompt_tokens),
+        }
+        out: dict[str, Any] = {}
+        evidence: dict[str, Any] = {"tool": "llama-bench", "phases": {}, "commands": []}
         try:
             build = reftool.find_tools()
-            res = reftool.run_llama_bench(
-                build, model_path, threads=params.threads, n_prompt=params.prompt_tokens,
-                n_gen=params.gen_tokens, repetitions=params.repetitions,
-                flash_attn=flash_attn_mode(options), n_batch=int(st["n_batch"]),
-                n_ubatch=int(st["n_ubatch"]), use_mmap=bool(st["use_mmap"]),
-                # PP from an empty cache, TG after the prompt, as the harness measures them
-                extra=["-d", f"0,{params.prompt_tokens}"]
-                + [str(x) for x in options.get("reference_extra_args", [])],
-                timeout_s=max(60.0, 30.0 * params.repetitions),
-            )  # fmt: skip
+            for phase, (n_prompt, n_gen, depth) in runs.items():
+                res = reftool.run_llama_bench(
+                    build, model_path, threads=params.threads, n_prompt=n_prompt, n_gen=n_gen,
+                    repetitions=params.repetitions, flash_attn=flash_attn_mode(options),
+                    n_batch=int(st["n_batch"]), n_ubatch=int(st["n_ubatch"]),
+                    use_mmap=bool(st["use_mmap"]), extra=["-d", str(depth), *extra],
+                    timeout_s=max(60.0, 30.0 * params.repetitions),
+                )  # fmt: skip
+                found = reftool.phase_at(res.phases, phase, depth)
+                ev = res.evidence()
+                evidence["commands"].append(ev["command"])
+                evidence |= {"tool_version": ev["tool_version"], "settings": ev["settings"]}
+                evidence["phases"][phase] = ev["phases"] | {"depth": depth}
+                if found is not None:
+                    out[f"{phase}_tps"] = list(found.samples_tps)
         except reftool.ToolUnavailable as exc:
             raise RuntimeUnavailable(exc.reason) from exc
-        out: dict[str, Any] = {"evidence": res.evidence()}
-        depth = {"pp": 0, "tg": params.prompt_tokens}
-        for phase in ("pp", "tg"):
-            found = reftool.phase_at(res.phases, phase, depth[phase])
-            if found is not None:
-                out[f"{phase}_tps"] = list(found.samples_tps)
-                out["evidence"][f"{phase}_depth"] = depth[phase]
-        return out
+        evidence["command"] = " && ".join(evidence["commands"])
+        return out | {"evidence": evidence}
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
