@@ -15,7 +15,16 @@ from typing import Any
 
 import jinja2
 
-from rtmatrix.report import lifecycle, partitions, plots, upgrade, views
+from rtmatrix.report import (
+    cellmarks,
+    history,
+    lifecycle,
+    partitions,
+    plots,
+    ranking,
+    upgrade,
+    views,
+)
 from rtmatrix.report.views import fmt_value
 
 __all__ = ["fmt_value", "render_report"]
@@ -48,6 +57,9 @@ def _env(notes: views.Notes) -> jinja2.Environment:
     env.filters["other_evidence"] = views.other_evidence
     env.filters["as_dict"] = views.as_dict
     env.filters["as_list"] = views.as_list
+    env.filters["figure"] = lambda m, cell, name="": views.marked_metric(m, notes, name, cell)
+    env.filters["marks"] = lambda cell: cellmarks.marks(cell, notes)
+    env.filters["cmdline"] = cellmarks.command_line
     return env
 
 
@@ -59,21 +71,42 @@ def _plots(cols: list[views.Column]) -> list[plots.Plot]:
     ]
 
 
+def _shown(cols: list[views.Column]) -> list[views.Column]:
+    """One column per matrix and runtime row (the newest run's), with picks, spreads, ranks."""
+    shown = history.shown_columns(cols)
+    history.attach(shown)
+    ranking.attach(shown)
+    return shown
+
+
+def _upgrades(runs: list[dict[str, Any]], baseline: dict[str, Any] | None) -> list[Any]:
+    """Each run against the baseline (a results folder may hold the baseline itself)."""
+    if baseline is None:
+        return []
+    return [upgrade.view(baseline, run) for run in runs if run["run_id"] != baseline["run_id"]]
+
+
 def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> str:
-    """The page for ``runs`` (newest last), with an upgrade view against ``baseline``."""
+    """The page for ``runs`` (ordered by time here), with an upgrade view against ``baseline``.
+    Several runs of one matrix show each runtime row once, with its history."""
+    runs = history.by_time(runs)
     notes = views.Notes()
-    cols = views.columns(runs)
+    every = views.columns(runs)
+    cols = _shown(every)
     script = _asset("report.js")
     context = {
         "runs": runs,
         "cols": cols,
+        "every": every,
+        "left_out": history.left_out(every, cols),
+        "history": history.views(cols),
         "summary": views.summary(runs, cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),
         "lifecycle": lifecycle.panel(cols, notes),
         "partitions": partitions.panel(cols, notes),
-        "upgrades": [upgrade.view(baseline, run) for run in runs] if baseline else [],
+        "upgrades": _upgrades(runs, baseline),
         "baseline": baseline,
         "notes": notes,
         "sources": views.SOURCES,
