@@ -469,3 +469,17 @@ def test_partitions_panel_survives_missing_and_odd_data() -> None:
 def test_panels_keep_ids_unique_with_two_runs() -> None:
     html = render_html([lifecycle_run(), partition_run()])
     assert not [i for i, n in _ids(html).items() if n > 1]
+
+
+def test_plots_mark_contended_cells() -> None:
+    from rtmatrix.report import plots
+
+    run = history_run(2)
+    cols = columns([run])
+    bars = plots.throughput_by_quant(cols).svg or ""
+    assert "<pattern" in bars and "contended" in plots.throughput_by_quant(cols).caption
+    quiet = copy.deepcopy(run)
+    for cell in quiet["cells"]:
+        cell["contended"] = False
+    assert "<pattern" not in (plots.throughput_by_quant(columns([quiet])).svg or "")
+    assert "onnxruntime 1.22.0 (contended) · tiny/f32" in (plots.cold_start_split(cols).svg or "")

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'matplotlib>=3.8'"
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 PHASE_COLOURS = ("#88ccee", "#44aa99", "#ddcc77", "#cc6677")
+CONTENDED_COLOUR = "#c0392b"
 CLASS_COLOURS = {
     "!": "#c0392b",
     "-": "#e67e22",
@@ -125,7 +126,10 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     """PP and TG per runtime and quantization: bars from the harness clock, dots from counters."""
     title = "Prompt processing and token generation per runtime and quantization"
     base = common_params(c for col in cols for c in _normal_cells(col))
-    caption = "Bars: harness clock (median, whiskers min–max); dots: the runtime's own counters."
+    caption = (
+        "Bars: harness clock (median, whiskers min–max); dots: the runtime's own counters; "
+        "hatched red: the cell ran contended (the host was busy), not comparable."
+    )
     if base:
         caption += f" At {params_text(base)}."
     series: list[tuple[str, dict[str, dict[str, Any]]]] = []
@@ -147,6 +151,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     for ax, (key, label) in zip(axes, (("pp", "PP"), ("tg", "TG")), strict=True):
         for si, (name, cells) in enumerate(series):
             xs, ys, lo, hi, cx, cy = [], [], [], [], [], []
+            busy: list[bool] = []
             for ci, cat in enumerate(cats):
                 cell = cells.get(cat)
                 m = cell["metrics"].get(f"{key}_tps") if cell else None
@@ -157,6 +162,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                 stats = m.get("stats") or {}
                 xs.append(x)
                 ys.append(v)
+                busy.append(bool(cell and cell.get("contended")))
                 lo.append(max(0.0, v - float(stats.get("min", v))))
                 hi.append(max(0.0, float(stats.get("max", v)) - v))
                 counter = _value(cell["metrics"].get(f"{key}_tps_counter")) if cell else None
@@ -164,7 +170,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                     cx.append(x)
                     cy.append(counter)
             colour = PALETTE[si % len(PALETTE)]
-            ax.bar(
+            bars = ax.bar(
                 xs,
                 ys,
                 width * 0.92,
@@ -173,6 +179,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                 yerr=[lo, hi],
                 error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333"},
             )
+            _mark_contended(bars.patches, busy)
             if cx:
                 ax.plot(
                     cx,
@@ -198,6 +205,15 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     return Plot("pp-tg", title, caption, _svg(fig, "pp-tg", title))
 
 
+def _mark_contended(patches: Sequence[Any], busy: Sequence[bool]) -> None:
+    """Hatch and outline in red the bars of cells that ran contended (not comparable)."""
+    for patch, contended in zip(patches, busy, strict=True):
+        if contended:
+            patch.set_hatch("///")
+            patch.set_edgecolor(CONTENDED_COLOUR)
+            patch.set_linewidth(1.2)
+
+
 def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """Cells that ran ok, pooled per runtime, model and dtype (across fixture names), by depth."""
     lines: list[tuple[str, list[dict[str, Any]]]] = []
@@ -219,6 +235,21 @@ def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dic
                 name = f"{col.label} {model}" + (f" {rest_text}" if models.count(model) > 1 else "")
                 lines.append((name, sorted(cells, key=lambda c: float(c["params"][depth]))))
     return lines
+
+
+def _ring_contended(
+    ax: Axes, cells: Sequence[dict[str, Any]], depth: str, key: str, scale: float
+) -> None:
+    """A red ring around the points of cells that ran contended."""
+    pts = [
+        (float(c["params"][depth]), v * scale)
+        for c in cells
+        if c.get("contended") and (v := _value(c["metrics"].get(key))) is not None
+    ]
+    if pts:
+        xs, ys = zip(*pts, strict=True)
+        (ring,) = ax.plot(xs, ys, "o", label="contended (not comparable)", markersize=9)
+        ring.set(markerfacecolor="none", markeredgecolor=CONTENDED_COLOUR, markeredgewidth=1.4)
 
 
 def context_scaling(cols: Sequence[Column]) -> Plot:
@@ -274,6 +305,7 @@ def context_scaling(cols: Sequence[Column]) -> Plot:
                     markersize=4,
                     linewidth=1.4,
                 )
+                _ring_contended(ax, cells, depth, key, scale)
         ax.set_xscale("log", base=2)
         ax.set_xlabel(depth)
         ax.set_ylabel(ylabel)
@@ -306,7 +338,8 @@ def cold_start_split(cols: Sequence[Column]) -> Plot:
             parts = [_value(c["metrics"].get(k)) for k, _ in COLD_START]
             if any(p is not None for p in parts):
                 cells.append(c)
-                prefixes.append(f"{col.label} · ")
+                busy = " (contended)" if c.get("contended") else ""
+                prefixes.append(f"{col.label}{busy} · ")
                 splits.append([p or 0.0 for p in parts])
     bars = list(zip(distinct_labels(cells, prefixes), splits, strict=True))
     if not bars:
@@ -570,7 +603,6 @@ def cancel_leak(cols: Sequence[Column]) -> Plot:
 
 STEP_MARKERS = {"-": ("v", "#e67e22"), "+": ("^", "#27ae60"), "!": ("*", "#c0392b")}
 STEP_MARKERS["*"] = ("*", "#2e86c1")
-CONTENDED_COLOUR = "#c0392b"
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,15 @@ figure is not ranked.
 (``rtmatrix.results.stats.compare_samples`` at ``diff.DEFAULT_ALPHA`` = 0.01): the two-sided
 Mann–Whitney U test when the sample sizes can reach alpha (5 + 5 values can, 4 + 4 cannot),
 else the percentile bootstrap CI of the ratio of medians, else (fewer than 3 values a side) the
-two cannot be told apart and count as a tie. Mann–Whitney because timing samples are skewed and
-have outliers (a rank test assumes no distribution) and because it is the test behind the
-upgrade view's marks, so "within noise" means the same thing on both. The samples compared are
+two cannot be told apart: the row is marked untested (``#2?``), neither a tie nor behind.
+Mann–Whitney because timing samples are skewed and have outliers (a rank test assumes no
+distribution) and because it is the test behind the upgrade view's marks, so "within noise"
+means the same thing on both. The samples compared are
 the rows' medians over their comparable runs when both rows have ``MIN_RUNS`` or more (that sees
 process-to-process and run-to-run variation), else the repetitions of the run shown, which come
 from one worker process and so understate the noise; the hover text says which. A figure
-measured once (peak RSS, cold start) with one run has no noise estimate: it ties only when equal.
+measured once (peak RSS, cold start) with one run has no noise estimate: it ties only when equal,
+and is ranked by its value otherwise (the hover text says "single values").
 """
 
 from __future__ import annotations
@@ -86,13 +88,24 @@ def describe(st: SampleTest, n: tuple[int, int], what: str) -> str:
     return f"single values ({sizes}): no noise estimate"
 
 
-def judge(best: Entry, other: Entry) -> tuple[bool, str]:
-    """(within noise of the best, how that was decided)."""
+@dataclass(frozen=True)
+class Judged:
+    tie: bool  # tested, and within noise of the best (or equal to it)
+    untested: bool  # too few samples to tell either way
+    test: str
+
+
+def judge(best: Entry, other: Entry) -> Judged:
+    """Is ``other`` within noise of ``best``, and how was that decided."""
     b, o, what = _sides(best, other)
     st = compare_samples(list(b), list(o), DEFAULT_ALPHA)
-    tie = not st.different or other.median == best.median
-    verdict = "within noise" if tie else "differs"
-    return tie, f"{describe(st, (len(b), len(o)), what)}: {verdict} of {best.label}"
+    said = describe(st, (len(b), len(o)), what)
+    if other.median == best.median:
+        return Judged(True, False, f"{said}: equal to {best.label}")
+    if st.method is Method.TOO_FEW:
+        return Judged(False, True, f"{said} from {best.label}")
+    verdict = "differs from" if st.different else "within noise of"
+    return Judged(not st.different, False, f"{said}: {verdict} {best.label}")
 
 
 def _swing(entry: Entry, nxt: Entry) -> str:
@@ -122,8 +135,8 @@ def rank(found: Sequence[Entry], direction: Direction) -> list[tuple[Entry, Rank
             test = f"each other row judged against it ({_method_word()})"
             out.append((entry, Rank(place, len(ordered), True, False, test, swings)))
             continue
-        tie, test = judge(best, entry)
-        out.append((entry, Rank(place, len(ordered), False, tie, test, swings)))
+        j = judge(best, entry)
+        out.append((entry, Rank(place, len(ordered), False, j.tie, j.test, swings, j.untested)))
     return out
 
 

@@ -201,6 +201,7 @@ class Rank:
     tie: bool  # within noise of the best
     test: str  # how it was judged against the best
     swings: str = ""  # set when its spread exceeds its lead over the next row
+    untested: bool = False  # too few samples to tell it from the best either way
 
 
 @dataclass(frozen=True)
@@ -350,6 +351,8 @@ def rank_badges(rank: Rank | None) -> list[Badge]:
         out = [Badge("best", "best", f"best of {rank.of} rows; {rank.test}")]
     elif rank.tie:
         out = [Badge("≈ best", "tie", f"within noise of the best: {rank.test}")]
+    elif rank.untested:
+        out = [Badge(f"#{rank.place}?", "untested", f"cannot be told from the best: {rank.test}")]
     else:
         out = [Badge(f"#{rank.place} of {rank.of}", "behind", rank.test)]
     if rank.swings:
