@@ -372,8 +372,11 @@ def figure_value(col: Column, cell: dict[str, Any], key: str, notes: Notes) -> V
 
 
 def cell_badge(cell: dict[str, Any], metric: Any) -> Badge | None:
-    """The contention mark for one of the cell's figures (none for metadata figures)."""
-    if isinstance(metric, dict) and metric.get("source") in LOAD_FREE:
+    """The contention mark for one of the cell's figures (none for metadata figures, nor where
+    there is no figure: an unavailable value carries its reason instead)."""
+    if not isinstance(metric, dict) or metric.get("value") is None:
+        return None
+    if metric.get("source") in LOAD_FREE:
         return None
     return contention_badge(cell)
 
