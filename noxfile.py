@@ -6,18 +6,26 @@
     nox -s onnxruntime        onnxruntime, onnxruntime_genai and mlc (rows tvm_aot, tvm_jit)
     nox -s lint               ruff + mypy
     nox -s bench              rtmatrix's own costs (pytest-benchmark)
-    nox -s upgrade -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]
-                              the matrix with the old and the new version of a runtime, each in
-                              its own venv, then the diff, the HTML report and the gate
+    nox -s fleet              a loopback Dask cluster (3 labelled workers, TLS) running
+                              matrix/fleet.toml; ``-- --serve`` keeps it up for your own runs
+    nox -s upgrade -- DIST OLD NEW [MATRIX] [rtmatrix compare flags ...]
+                              the old and the new version of a runtime, each in its own venv,
+                              compared in paired rounds (``rtmatrix compare``)
+    nox -s upgrade_diff -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]
+                              the older flow: one run per version, then diff, report and gate
 
 Pass a matrix file after ``--``: ``nox -s matrix -- matrix/ci.toml``.
 
-``upgrade``, e.g. ``nox -s upgrade -- llama-cpp-python 0.3.35 0.3.36``: the venvs are
-``.nox/upgrade-<dist>-<version>``; the two runs land in ``results/`` (each records the version
-it ran in its provenance, ``runtimes.<row>.version``); the diff (``diff.txt``, ``diff.json``),
-the report (``index.html``), ``gate.xml`` (JUnit) and ``gate.md`` (Markdown) land in
-``reports/upgrade/``. The gate runs last, so the artifacts exist when it exits non-zero:
-1 significant regression, 2 new failure, 3 nothing comparable or missing data.
+``upgrade``, e.g. ``nox -s upgrade -- onnxruntime 1.31.1 1.32.0``: the venvs are
+``.nox/upgrade-<dist>-<version>`` (rtmatrix editable + ``dist==version``); the session's own venv
+runs ``rtmatrix compare --a <old venv>/bin/python --b <new venv>/bin/python`` on the matrix rows
+of that distribution, so each round starts one worker per version in a seeded random order.
+Cells killed or contended are not judged on their figures (a killed cell is compared by its
+outcome; a contended round is skipped and counted). ``reports/upgrade/`` gets
+``comparison.json``, ``summary.md`` (a CI job summary) and ``index.html`` (the verdict first);
+each side's run file lands in ``results/``. Flags after the matrix go to ``rtmatrix compare``
+(``--rounds``, ``--budget-s``, ``--margin``, ``--markdown "$GITHUB_STEP_SUMMARY"`` …). The
+session fails with compare's exit code: 1 regression, 2 new failure, 3 inconclusive.
 """
 
 from __future__ import annotations
@@ -109,14 +117,11 @@ def bench(session: nox.Session) -> None:
 # --------------------------------------------------------------------------- upgrade
 
 
-def _upgrade_args(session: nox.Session) -> tuple[str, str, str, str, list[str]]:
-    """DIST OLD NEW [MATRIX] [gate flags...] from the positional arguments."""
+def _upgrade_args(session: nox.Session, usage: str) -> tuple[str, str, str, str, list[str]]:
+    """DIST OLD NEW [MATRIX] [flags...] from the positional arguments."""
     args = list(session.posargs)
     if len(args) < 3 or any(a.startswith("-") for a in args[:3]):
-        session.error(
-            "usage: nox -s upgrade -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]\n"
-            "  e.g. nox -s upgrade -- llama-cpp-python 0.3.35 0.3.36 matrix/ci.toml"
-        )
+        session.error(usage)
     dist, old, new, rest = args[0], args[1], args[2], args[3:]
     if dist not in RUNTIMES:
         session.error(f"unknown distribution {dist!r}; valid: {', '.join(RUNTIMES)}")
@@ -128,16 +133,9 @@ def _venv_python(venv: Path) -> str:
     return str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
-def _new_result(session: nox.Session, before: set[Path]) -> str:
-    new = sorted(set(RESULTS.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
-    if not new:
-        session.error(f"rtmatrix run wrote no result file in {RESULTS}/")
-    return str(new[-1])
-
-
-def _run_version(session: nox.Session, dist: str, version: str, matrix_file: str) -> str:
-    """A venv with rtmatrix and ``dist==version``; run the matrix rows of ``dist`` in it."""
-    extra, rows = RUNTIMES[dist]
+def _version_venv(session: nox.Session, dist: str, version: str) -> str:
+    """``.nox/upgrade-<dist>-<version>``: rtmatrix (editable) and ``dist==version``; its python."""
+    extra, _ = RUNTIMES[dist]
     venv = Path(session.virtualenv.location).parent / f"upgrade-{dist}-{version}"
     if not Path(_venv_python(venv)).exists():
         session.run("python", "-m", "venv", str(venv))
@@ -146,38 +144,69 @@ def _run_version(session: nox.Session, dist: str, version: str, matrix_file: str
         py, "-m", "pip", "install", "-e", f".[{extra}]", f"{dist}=={version}",
         external=True, env=BUILD_ENV,
     )  # fmt: skip
-    only = [arg for row in rows for arg in ("--runtime", row)]
-    before = set(RESULTS.glob("*.json"))
-    session.run(
-        py, "-m", "rtmatrix", "run", matrix_file, *only, "--results", str(RESULTS), "--no-report",
-        external=True,
-    )  # fmt: skip
-    return _new_result(session, before)
+    return py
 
 
-def _report(session: nox.Session, base: str, cand: str) -> None:
-    """The HTML report with an upgrade view (``--baseline``), or both runs side by side."""
-    help_text = session.run("rtmatrix", "report", "--help", silent=True) or ""
-    if "--baseline" in str(help_text):
-        session.run("rtmatrix", "report", cand, "--baseline", base, "-o", str(UPGRADE_REPORT))
-    else:
-        session.log("rtmatrix report has no --baseline: rendering both runs side by side")
-        session.run("rtmatrix", "report", base, cand, "-o", str(UPGRADE_REPORT))
+def _rows(dist: str) -> list[str]:
+    return [arg for row in RUNTIMES[dist][1] for arg in ("--runtime", row)]
 
 
 @nox.session(python=PYTHON)
 def upgrade(session: nox.Session) -> None:
-    """Old vs new version of one runtime: two venvs, two runs, diff, report, gate (last)."""
-    dist, old, new, matrix_file, gate_flags = _upgrade_args(session)
+    """Old vs new version of one runtime: two venvs, then ``rtmatrix compare`` in paired
+    rounds (the verdict leads the report; killed or contended cells cannot fail it)."""
+    dist, old, new, matrix_file, flags = _upgrade_args(
+        session,
+        "usage: nox -s upgrade -- DIST OLD NEW [MATRIX] [rtmatrix compare flags ...]\n"
+        "  e.g. nox -s upgrade -- onnxruntime 1.31.1 1.32.0 matrix/ci.toml --rounds 12",
+    )
+    session.install("-e", ".")  # the parent: rounds, judging, report (no runtime)
+    py_old, py_new = _version_venv(session, dist, old), _version_venv(session, dist, new)
+    out = UPGRADE_REPORT
+    session.log(f"comparing {dist} {old} ({py_old}) with {new} ({py_new}); report in {out}/")
+    session.run(
+        "rtmatrix", "compare", matrix_file, *_rows(dist),
+        "--a", py_old, "--a-label", f"{dist} {old}", "--b", py_new, "--b-label", f"{dist} {new}",
+        "--results", str(RESULTS), "-o", str(out), *flags,
+    )  # fmt: skip
+
+
+# The diff-based flow (one run per version at different times, then ``rtmatrix diff`` and
+# ``gate``), kept for comparison with the paired design; its samples come from one process
+# per side, which the diff says.
+
+
+def _new_result(session: nox.Session, before: set[Path]) -> str:
+    new = sorted(set(RESULTS.glob("*.json")) - before, key=lambda p: p.stat().st_mtime)
+    if not new:
+        session.error(f"rtmatrix run wrote no result file in {RESULTS}/")
+    return str(new[-1])
+
+
+def _run_version(session: nox.Session, dist: str, version: str, matrix_file: str) -> str:
+    """Run the matrix rows of ``dist`` in its version's venv; the result file's path."""
+    py = _version_venv(session, dist, version)
+    before = set(RESULTS.glob("*.json"))
+    session.run(
+        py, "-m", "rtmatrix", "run", matrix_file, *_rows(dist), "--results", str(RESULTS),
+        "--no-report", external=True,
+    )  # fmt: skip
+    return _new_result(session, before)
+
+
+@nox.session(python=PYTHON)
+def upgrade_diff(session: nox.Session) -> None:
+    """Old vs new version as two separate runs: diff, report (``--baseline``) and gate, last."""
+    dist, old, new, matrix_file, flags = _upgrade_args(
+        session, "usage: nox -s upgrade_diff -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]"
+    )
     session.install("-e", ".")  # diff, report and gate need no runtime
     base = _run_version(session, dist, old, matrix_file)
     cand = _run_version(session, dist, new, matrix_file)
-    out, flags = UPGRADE_REPORT, gate_flags
-    session.run("rtmatrix", "diff", base, cand, *flags)
+    out = UPGRADE_REPORT / "diff"
     session.run("rtmatrix", "diff", base, cand, *flags, "-o", str(out / "diff.txt"))
     session.run("rtmatrix", "diff", base, cand, *flags, "--json", "-o", str(out / "diff.json"))
-    _report(session, base, cand)
-    session.log(f"base {base}, candidate {cand}; diff, report and gate files in {out}/")
+    session.run("rtmatrix", "report", cand, "--baseline", base, "-o", str(out))
     session.run(
         "rtmatrix", "gate", base, cand, *flags,
         "--junit", str(out / "gate.xml"), "--markdown", str(out / "gate.md"),
@@ -198,3 +227,15 @@ def openvino(session: nox.Session) -> None:
     session.install("-e", ".[onnxruntime-openvino,test]")
     session.run("pytest", "tests/integration/test_openvino.py", "tests/unit/test_partitions.py")
     session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino.toml"))
+
+
+@nox.session(python=PYTHON)
+def fleet(session: nox.Session) -> None:
+    """A Dask scheduler + three labelled workers on loopback with temporary TLS certificates
+    (the cluster the tests use), then matrix/fleet.toml run across it. ``-- --serve`` keeps the
+    cluster up instead, printing its address and the TLS variables to connect with."""
+    session.install("-e", ".[fleet,llama-cpp]", env=BUILD_ENV)
+    args = ["--labels", "lab-a,lab-b,lab-c"]
+    if "--serve" not in session.posargs:
+        args += ["--run", *(_matrix_args(session, "matrix/fleet.toml")[:1])]
+    session.run("python", "-m", "rtmatrix.fleet.local", *args)

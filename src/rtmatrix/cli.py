@@ -3,7 +3,8 @@
 Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
 2 bad input (matrix, result or model file, a bad --fail), 130 interrupted.
 ``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
-comparable or missing data, 4 bad input (so that a typo is not read as a new failure).
+comparable or missing data, 4 bad input (so that a typo is not read as a new failure);
+``rtmatrix compare`` likewise: 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from rtmatrix import __version__
 
 if TYPE_CHECKING:
+    from rtmatrix.matrix import Cell, Matrix
     from rtmatrix.results.diff import Check, RunDiff
 
 EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -38,7 +40,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rtmatrix.matrix import load_matrix
     from rtmatrix.report import render_report
     from rtmatrix.results import load_run
-    from rtmatrix.runner import run_matrix
 
     matrix = load_matrix(Path(args.matrix))
     runtimes = set(args.runtime or [])
@@ -53,12 +54,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         load_run(resume)  # a corrupt or newer file is refused before anything runs
-    path = run_matrix(
-        matrix,
-        Path(args.results),
-        only=(lambda c: c.runtime in runtimes) if runtimes else None,
-        resume=resume,
-    )
+    path = _run(args, matrix, (lambda c: c.runtime in runtimes) if runtimes else None, resume)
     record = load_run(path)
     outcomes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
@@ -93,6 +89,37 @@ def _report_runs(paths: list[str]) -> list[dict[str, Any]]:
         msg = f"no run records in {', '.join(paths)}"
         raise ResultError(msg)
     return runs
+
+
+def _run(
+    args: argparse.Namespace,
+    matrix: Matrix,
+    only: Callable[[Cell], bool] | None,
+    resume: Path | None,
+) -> Path:
+    """Here, or on the cluster (``--cluster`` / ``[cluster] address``): rtmatrix.fleet."""
+    from rtmatrix.fleet import plan_run
+    from rtmatrix.fleet.select import combine
+    from rtmatrix.runner import run_matrix
+
+    plan = plan_run(matrix, args.cluster, args.target)
+    only = combine(only, plan.only if plan.targets else None)  # --runtime and --target
+    if plan.address is None:
+        return run_matrix(matrix, Path(args.results), only=only, resume=resume)
+    from rtmatrix.fleet.dispatch import run_on_cluster
+
+    return run_on_cluster(matrix, Path(args.results), plan.address, only=only, resume=resume)
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from rtmatrix.fleet.merge import merge_runs, parse_part
+    from rtmatrix.results import save_run
+
+    record = merge_runs([parse_part(a) for a in args.runs])
+    save_run(record, Path(args.output))
+    n = len(record["cells"])
+    print(f"rtmatrix: wrote {args.output} ({n} cells from {len(args.runs)} runs)")
+    return EXIT_OK
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -270,6 +297,263 @@ def _add_compare_args(cmd: argparse.ArgumentParser) -> None:
     )
 
 
+# --------------------------------------------------------------------------- compare
+
+COMPARE_DESCRIPTION = """\
+Compare two sides cell by cell in K paired rounds of worker processes.
+
+Sides: --a and --b each name a Python executable that has rtmatrix and that side's runtime
+versions installed (e.g. two venvs for an upgrade, or the same python twice); --a-option /
+--b-option KEY=VALUE (a TOML value, else a string; repeatable) are merged over every cell's
+runtime options on that side, --a-adapter / --b-adapter module:Class replace the adapter of
+every selected runtime row on that side. So one command compares an upgrade, a setting
+(--b-option flash_attn=on) or an injected slowdown.
+
+Rounds: each round runs every cell once per side, the two processes in a seeded random order
+(AB or BA, --seed); a side's value for a round is the median of that process's counted
+repetitions (single values such as peak RSS or cold start: one per process). A cell not ok on a
+side in round 1 is not repeated. Rounds where a side was contended (host busy outside the cell)
+are skipped for figures and counted. K: --rounds, else %(k)d (found 10%% slowdowns in every
+check and 5%% in 94%% at 3%% between-process spread in the paired module's simulation); with
+--budget-s, K from round 1's wall time (at most --rounds when given).
+
+Decision per cell x judged metric, from the K paired log-ratios, only for cells ok on both
+sides (judged metrics: --metric, default %(metrics)s):
+regression when a one-sided t-test rejects at
+--alpha after Holm over all checks and the change exceeds the min effect (--min-effect);
+equivalent when the 90%% interval of the ratio lies inside +-margin (--margin, TOST);
+otherwise inconclusive, with the minimum detectable effect and the K it would need. Defaults
+per metric: min effect a fifth, margin half of the diff threshold (throughput 2%% / 5%%).
+Outcome and verdict changes are marked as rtmatrix diff marks them (! new failure, * fixed,
+x not comparable); flagged cells are explained (packages, settings, placement, phases, logs).
+
+Writes OUTPUT/comparison.json (rounds as a tidy table, decisions, explanations),
+OUTPUT/summary.md, OUTPUT/index.html (the comparison first, then the matrix) and each side's
+run file in --results.
+
+Exit codes: 0 pass (every check equivalent or improved, no outcome worse), 1 regression,
+2 new failure, 3 inconclusive (or nothing compared), 4 bad input, 130 interrupted."""
+
+
+def _compare_pct(spec: str, flag: str, *, positive: bool) -> tuple[str, float]:
+    """``[METRIC:]PCT`` (``5``, ``5%``, ``tg_tps:3%``) -> (metric or "", fraction)."""
+    from rtmatrix.results.diff import CheckError
+
+    metric, _, pct = spec.rpartition(":")
+    try:
+        value = float(pct.strip().removesuffix("%")) / 100.0
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 if positive else value >= 0) or value != value or value >= 10:
+        msg = f"{flag} {spec!r}: expected [METRIC:]PERCENT, e.g. 5% or tg_tps:3%"
+        raise CheckError(msg)
+    return metric.strip(), value
+
+
+def _compare_option(spec: str, flag: str) -> tuple[str, Any]:
+    """``KEY=VALUE``: VALUE as a TOML value (true, 3, "x", [..]) or else a plain string."""
+    import tomllib
+
+    from rtmatrix.results.diff import CheckError
+
+    key, sep, raw = spec.partition("=")
+    if not sep or not key.strip():
+        msg = f"{flag} {spec!r}: expected KEY=VALUE, e.g. use_mmap=false"
+        raise CheckError(msg)
+    try:
+        value: Any = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def _compare_settings(args: argparse.Namespace) -> Any:
+    from rtmatrix.results.diff import KNOWN_METRICS, CheckError, direction_of
+    from rtmatrix.runner.compare import Settings
+
+    metrics = tuple(dict.fromkeys(args.metric)) if args.metric else Settings().metrics
+    bad = [m for m in metrics if direction_of(m) is None]
+    if bad:
+        msg = f"--metric {bad}: no known direction; valid: {', '.join(KNOWN_METRICS)}"
+        raise CheckError(msg)
+    if not 0.0 < args.alpha < 1.0:
+        msg = f"--alpha {args.alpha}: expected a significance level between 0 and 1, e.g. 0.01"
+        raise CheckError(msg)
+    if args.rounds is not None and args.rounds < 2:
+        msg = f"--rounds {args.rounds}: a paired test needs at least 2 rounds"
+        raise CheckError(msg)
+    if args.budget_s is not None and not args.budget_s > 0:
+        msg = f"--budget-s {args.budget_s}: expected a positive number of seconds"
+        raise CheckError(msg)
+    return Settings(
+        rounds=args.rounds,
+        budget_s=args.budget_s,
+        alpha=args.alpha,
+        seed=args.seed,
+        metrics=metrics,
+        margin=dict(_compare_pct(m, "--margin", positive=True) for m in args.margin or []),
+        min_effect=dict(
+            _compare_pct(m, "--min-effect", positive=False) for m in args.min_effect or []
+        ),
+    )
+
+
+def _side_spec(args: argparse.Namespace, name: str) -> Any:
+    from rtmatrix.runner.compare import SideSpec
+
+    flag = f"--{name}-option"
+    options = dict(_compare_option(s, flag) for s in getattr(args, f"{name}_option") or [])
+    return SideSpec(
+        name,
+        getattr(args, name),
+        options,
+        getattr(args, f"{name}_adapter"),
+        getattr(args, f"{name}_label") or "",
+    )
+
+
+def _compare_filter(args: argparse.Namespace, known: set[str]) -> Any:
+    import fnmatch
+
+    from rtmatrix.results.diff import CheckError
+
+    runtimes, globs = set(args.runtime or []), list(args.cell or [])
+    if runtimes - known:
+        msg = f"--runtime {sorted(runtimes - known)} not in the matrix; valid: {sorted(known)}"
+        raise CheckError(msg)
+
+    def only(cell: Any) -> bool:
+        if runtimes and cell.runtime not in runtimes:
+            return False
+        return not globs or any(fnmatch.fnmatchcase(cell.key, g) for g in globs)
+
+    return only
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from rtmatrix.fixtures import FixtureError
+    from rtmatrix.matrix import MatrixError, load_matrix
+    from rtmatrix.report.upgrade import markdown, render_comparison
+    from rtmatrix.results import ResultError, load_run
+    from rtmatrix.results.comparison import EXIT_BAD_INPUT as BAD
+    from rtmatrix.results.diff import CheckError
+    from rtmatrix.runner.compare import CompareError, run_comparison
+
+    try:
+        settings = _compare_settings(args)
+        a, b = _side_spec(args, "a"), _side_spec(args, "b")
+        matrix = load_matrix(Path(args.matrix))
+        only = _compare_filter(args, {rt.name for rt in matrix.runtimes})
+        comparison, paths = run_comparison(matrix, a, b, settings, Path(args.results), only=only)
+    except (CheckError, CompareError, MatrixError, ResultError, FixtureError) as exc:
+        print(f"rtmatrix: error: {exc}", file=sys.stderr)
+        return BAD
+    doc = comparison.to_dict()
+    summary = markdown(doc)
+    out = Path(args.output)
+    try:
+        _write(str(out / "comparison.json"), comparison.to_json())
+        _write(str(out / "summary.md"), summary)
+        if args.markdown:
+            _write(args.markdown, summary)
+        runs = [load_run(paths["a"]), load_run(paths["b"])]
+        html = render_comparison(doc, runs, out)
+    except OSError as exc:
+        print(f"rtmatrix: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return BAD
+    if not args.quiet:
+        sys.stdout.write(summary)
+    for path in (out / "comparison.json", out / "summary.md", html, paths["a"], paths["b"]):
+        print(f"rtmatrix: wrote {path}", file=sys.stderr)
+    print(comparison.outcome.headline)
+    return comparison.code
+
+
+def _add_side_args(cmd: argparse.ArgumentParser, name: str, role: str) -> None:
+    up = name.upper()
+    cmd.add_argument(
+        f"--{name}",
+        required=True,
+        metavar="PYTHON",
+        help=f"side {up} ({role}): a Python executable with rtmatrix and {up}'s runtime versions",
+    )
+    cmd.add_argument(
+        f"--{name}-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help=f"a runtime option for every cell on side {up} (repeatable)",
+    )
+    cmd.add_argument(
+        f"--{name}-adapter",
+        metavar="module:Class",
+        help=f"side {up}'s adapter for every selected runtime row",
+    )
+    cmd.add_argument(f"--{name}-label", metavar="TEXT", help=f"a name for side {up} in reports")
+
+
+def _add_compare_cmd(sub: Any) -> None:
+    from rtmatrix.results.comparison import DEFAULT_METRICS, EXIT_BAD_INPUT
+    from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS
+
+    cmp = sub.add_parser(
+        "compare",
+        help="two environments or settings, K paired rounds -> regression / equivalent "
+        "(exit 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input)",
+        description=COMPARE_DESCRIPTION
+        % {"k": DEFAULT_ROUNDS, "metrics": ", ".join(DEFAULT_METRICS)},
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assert isinstance(cmp, _Parser)
+    cmp.usage_exit = EXIT_BAD_INPUT
+    cmp.add_argument(
+        "matrix",
+        nargs="?",
+        default="matrix/default.toml",
+        help="matrix TOML (default: %(default)s)",
+    )
+    _add_side_args(cmp, "a", "base")
+    _add_side_args(cmp, "b", "candidate")
+    cmp.add_argument("--runtime", action="append", help="only this runtime row (repeatable)")
+    cmp.add_argument(
+        "--cell", action="append", metavar="GLOB", help="only cells whose key matches (repeatable)"
+    )
+    cmp.add_argument(
+        "--metric", action="append", help="judge this metric (repeatable; default: see above)"
+    )
+    cmp.add_argument(
+        "--rounds", type=int, metavar="K", help=f"rounds (default: {DEFAULT_ROUNDS}; see above)"
+    )
+    cmp.add_argument(
+        "--budget-s", type=float, metavar="SECONDS", help="choose K from this time budget"
+    )
+    cmp.add_argument(
+        "--alpha",
+        type=float,
+        default=DEFAULT_ALPHA,
+        help="family-wise significance level (Holm; default: %(default)s)",
+    )
+    cmp.add_argument(
+        "--margin",
+        action="append",
+        metavar="[METRIC:]PCT",
+        help="equivalence margin, e.g. 5%% or tg_tps:3%% (default: half the diff threshold)",
+    )
+    cmp.add_argument(
+        "--min-effect",
+        action="append",
+        metavar="[METRIC:]PCT",
+        help="smallest change that counts (default: a fifth of the diff threshold)",
+    )
+    cmp.add_argument("--seed", type=int, default=0, help="seed of the AB/BA order (default: 0)")
+    cmp.add_argument("--results", default="results", help="side run files (default: %(default)s)")
+    cmp.add_argument(
+        "-o", "--output", default="reports/compare", help="report folder (default: %(default)s)"
+    )
+    cmp.add_argument("--markdown", metavar="FILE", help="also write the summary here")
+    cmp.add_argument("-q", "--quiet", action="store_true", help="print the verdict only")
+    cmp.set_defaults(func=_cmd_compare)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="rtmatrix",
@@ -296,7 +580,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN.json",
         help="finish an interrupted run: only the cells it lacks are run",
     )
+    run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the cells on a Dask cluster (tls://HOST:PORT; overrides [cluster] address)",
+    )
+    run.add_argument(
+        "--target",
+        action="append",
+        metavar="LABEL",
+        help="only the cells of this [[targets]] label (repeatable); without --cluster: this host",
+    )
     run.set_defaults(func=_cmd_run)
+
+    mrg = sub.add_parser("merge", help="merge runs made on different machines into one run file")
+    mrg.add_argument("runs", nargs="+", metavar="[LABEL=]RUN.json", help="result JSON files")
+    mrg.add_argument("-o", "--output", required=True, metavar="OUT.json", help="merged file")
+    mrg.set_defaults(func=_cmd_merge)
 
     rep = sub.add_parser("report", help="render result files as HTML")
     rep.add_argument(
@@ -359,18 +659,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fx.add_argument("--variant", default=None, help="a fixture-family variant (see list)")
     fx.set_defaults(func=_cmd_fixtures)
+    _add_compare_cmd(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from rtmatrix.fixtures import FixtureError
+    from rtmatrix.fleet import FleetError
     from rtmatrix.matrix import MatrixError
     from rtmatrix.results import ResultError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (MatrixError, ResultError, FixtureError) as exc:
+    except (MatrixError, ResultError, FixtureError, FleetError) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

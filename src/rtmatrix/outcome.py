@@ -21,6 +21,7 @@ class Status(StrEnum):
     HANG = "hang"  # the wall-clock limit was hit; the process group was killed
     FALLBACK = "fallback"  # ran, but not where it was asked to (placement evidence)
     UNAVAILABLE = "unavailable"  # runtime or feature missing
+    HOST_LOST = "host-lost"  # the host running the cell left the cluster mid-cell (rtmatrix.fleet)
 
 
 class Verdict(StrEnum):
@@ -48,6 +49,7 @@ VERDICT_RULES: dict[Expect, dict[Status, Verdict]] = {
         Status.HANG: Verdict.FAIL,
         Status.FALLBACK: Verdict.FAIL,
         Status.UNAVAILABLE: Verdict.UNAVAILABLE,
+        Status.HOST_LOST: Verdict.FAIL,
     },
     Expect.ERROR: {
         Status.OK: Verdict.FAIL,  # expected an error but it "succeeded"
@@ -58,6 +60,7 @@ VERDICT_RULES: dict[Expect, dict[Status, Verdict]] = {
         Status.HANG: Verdict.FAIL,
         Status.FALLBACK: Verdict.FAIL,
         Status.UNAVAILABLE: Verdict.UNAVAILABLE,
+        Status.HOST_LOST: Verdict.FAIL,  # nothing was learnt about the runtime: not a pass
     },
 }
 
@@ -134,6 +137,7 @@ class Source(StrEnum):
     OS_ACCOUNTING = "os-accounting"
     PACKAGE_METADATA = "package-metadata"
     MODELLED = "modelled"
+    REFERENCE_TOOL = "reference-tool"  # the runtime's own benchmark tool (llama-bench)
     UNAVAILABLE = "unavailable"
 
 

@@ -157,6 +157,9 @@ class Job(_Doc):
     model_path: str
     params: JobParams
     scenario: str = "generate"
+    #: ``cell`` (load the model, run the scenario) or ``reference`` (run the runtime's own
+    #: benchmark tool on the file with the cell's settings: Adapter ReferenceBenchmark)
+    task: str = "cell"
     options: dict[str, Any] = field(default_factory=dict)
     power: dict[str, Any] = field(default_factory=dict)
     address_space_cap_mb: int | None = None
@@ -234,6 +237,8 @@ class WorkerResult(_Doc):
     #: a lifecycle scenario's result (see rtmatrix.scenarios)
     scenario: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
+    #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence
+    reference: dict[str, Any] | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:

@@ -163,6 +163,33 @@ def _error_kind(adapter: Any, result: WorkerResult) -> str:
     return str(classify_error(result.error_type, result.message or "", log_tail, patterns))
 
 
+def run_reference(job: Job, events: Events) -> tuple[int, WorkerResult]:
+    """The runtime's own benchmark tool on the cell's file (no model loaded in this process)."""
+    from rtmatrix.adapters.base import RuntimeUnavailable, load_adapter_class
+    from rtmatrix.adapters.capabilities import ReferenceBenchmark
+
+    result = WorkerResult(phase="reference")
+    events.phase("reference")
+    try:
+        cls = load_adapter_class(job.adapter)
+        if not isinstance(cls, ReferenceBenchmark):
+            msg = f"{job.adapter} offers no reference benchmark tool (ReferenceBenchmark)"
+            raise RuntimeUnavailable(msg)
+        result.reference = cls.reference_benchmark(Path(job.model_path), job.params, job.options)
+        result.status = "ok"
+        return EXIT_OK, result
+    except KeyboardInterrupt:
+        raise
+    except RuntimeUnavailable as exc:
+        result.status, result.message = "unavailable", str(exc)
+        return EXIT_UNAVAILABLE, result
+    except Exception as exc:  # the tool's failure is the reference's outcome, not the cell's
+        result.status, result.error_type = "error", type(exc).__name__
+        result.message = str(exc) or type(exc).__name__
+        result.traceback_tail = traceback.format_exc()[-4000:]
+        return EXIT_ERROR, result
+
+
 def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]:
     from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable, load_adapter_class
     from rtmatrix.adapters.capabilities import collect_evidence
@@ -232,23 +259,41 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
 
 def describe(target: str) -> dict[str, Any]:
     """The adapter's declared metadata, without importing its runtime."""
-    from rtmatrix.adapters.base import load_adapter_class
+    from rtmatrix.adapters.base import Adapter, load_adapter_class
+    from rtmatrix.adapters.capabilities import ReferenceBenchmark
 
     cls = load_adapter_class(target)
-    return {k: getattr(cls, k, None) for k in ("name", "distribution", "extra", "container")}
+    info = {k: getattr(cls, k, None) for k in ("name", "distribution", "extra", "container")}
+    if cls.prepare.__func__ is not Adapter.prepare.__func__:  # type: ignore[attr-defined]
+        info["prepares"] = True
+    if isinstance(cls, ReferenceBenchmark):
+        info["reference_tool"] = True
+    return info
+
+
+def prepare(target: str) -> dict[str, Any]:
+    """The adapter's one-time preparation (e.g. building its benchmark tool), progress on
+    stderr."""
+    from rtmatrix.adapters.base import load_adapter_class
+
+    def log(line: str) -> None:
+        print(f"rtmatrix: {line}", file=sys.stderr, flush=True)
+
+    return load_adapter_class(target).prepare(log)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) == 2 and args[0] == "--describe":
+    if len(args) == 2 and args[0] in ("--describe", "--prepare"):
+        what = describe if args[0] == "--describe" else prepare
         try:
-            print(json.dumps(describe(args[1])))
+            print(json.dumps(what(args[1])))
         except Exception as exc:
-            print(json.dumps({"error": str(exc)}))
+            print(json.dumps({"error": str(exc) or type(exc).__name__}))
             return EXIT_ERROR
         return EXIT_OK
     if len(args) != 1:
-        usage = "usage: python -m rtmatrix.worker JOB.json | --describe module:Class"
+        usage = "usage: python -m rtmatrix.worker JOB.json | --describe|--prepare module:Class"
         print(usage, file=sys.stderr)
         return EXIT_BAD_JOB
     job_path = Path(args[0])
@@ -264,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     _cap_address_space(job.address_space_cap_mb)
     events = Events(job_path.parent / "events.jsonl")
     try:
-        code, result = run_job(job, job_path.parent, events)
+        if job.task == "reference":
+            code, result = run_reference(job, events)
+        else:
+            code, result = run_job(job, job_path.parent, events)
     finally:
         events.close()
     result.write(job_path.parent / "result.json")

@@ -270,3 +270,34 @@ class StreamingNumpyAdapter(NumpyAdapter):
 
     def cached_tokens(self) -> int:
         return self._cache.length
+
+
+class SlowDecodeAdapter(NumpyAdapter):
+    """The numpy runtime with each single-token decode made slower by a known fraction: after
+    the decode, a busy wait until ``elapsed / (1 - slowdown)`` has passed, so the decode
+    throughput drops by ``slowdown`` whatever the machine's speed and load (the slowdown meets
+    the same noise as the decode itself). ``options.slowdown``: a fraction in [0, 1), default 0.
+    Prefill is untouched."""
+
+    name: ClassVar[str] = "numpy"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._slowdown = 0.0
+
+    def configure(self, options: dict[str, Any]) -> None:
+        slowdown = float(options.get("slowdown", 0.0))
+        if not 0.0 <= slowdown < 1.0:
+            msg = f"options.slowdown {slowdown}: expected a fraction in [0, 1), e.g. 0.1"
+            raise ValueError(msg)
+        self._slowdown = slowdown
+
+    def decode(self, token: int) -> None:
+        t0 = time.perf_counter()
+        super().decode(token)
+        until = t0 + (time.perf_counter() - t0) / (1.0 - self._slowdown)
+        while time.perf_counter() < until:
+            pass
+
+    def evidence(self) -> dict[str, Any]:
+        return super().evidence() | {"slowdown": self._slowdown}

@@ -5,6 +5,7 @@ from __future__ import annotations
 SOURCES = frozenset(
     {
         "runtime-counter",
+        "reference-tool",
         "hardware-counter",
         "external-meter",
         "harness-clock",
@@ -45,3 +46,8 @@ GENERATE_METRICS = frozenset(
 )
 # this VM has no energy counter: these are unavailable, naming what was looked for
 ENERGY_METRICS = frozenset(m for m in GENERATE_METRICS if m.startswith(("energy_", "power_")))
+
+#: what a llama.cpp performance cell adds: llama-bench's figures and the harness / tool ratios
+REFERENCE_METRICS = frozenset(
+    {"pp_tps_reference", "tg_tps_reference", "pp_reference_ratio", "tg_reference_ratio"}
+)

@@ -12,7 +12,7 @@ from rtmatrix.matrix import parse_matrix
 from rtmatrix.metrics.power.config import SOURCE_NAMES
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
-from tests.helpers.metrics import ENERGY_METRICS, GENERATE_METRICS, SOURCES
+from tests.helpers.metrics import ENERGY_METRICS, GENERATE_METRICS, REFERENCE_METRICS, SOURCES
 
 pytestmark = pytest.mark.integration
 
@@ -84,16 +84,29 @@ def check_energy(name: str, metric: dict[str, Any]) -> None:
 def test_every_metric_present_with_a_source(tiny_run: dict[str, Any]) -> None:
     for c in tiny_run["cells"]:
         m = c["metrics"]
-        assert set(m) == GENERATE_METRICS
+        assert set(m) == GENERATE_METRICS | REFERENCE_METRICS
         for name, metric in m.items():
             assert metric["source"] in SOURCES, name
             if name in ENERGY_METRICS:
                 check_energy(name, metric)
+            elif name in REFERENCE_METRICS:
+                check_reference(name, metric)
             else:
                 assert metric["value"] is not None, (name, metric)
         assert m["pp_tps_counter"]["source"] == "runtime-counter"
         assert m["package_size_bytes"]["value"] > 10 * 2**20  # lib/ outside the package counted
         assert len(m["tg_tps"]["samples"]) == 3  # counted reps only
+
+
+def check_reference(name: str, metric: dict[str, Any]) -> None:
+    """llama-bench's figure (or the ratio to it), or unavailable saying why — never 0."""
+    if metric["source"] == "unavailable":
+        assert metric["value"] is None and metric["reason"], (name, metric)
+        return
+    assert metric["value"] > 0, (name, metric)
+    if name.endswith("_reference"):
+        assert metric["source"] == "reference-tool" and "llama-bench" in metric["command"]
+        assert metric["tool_version"] and len(metric["samples"]) == 3
 
 
 def test_harness_clock_agrees_with_llama_counters(tiny_run: dict[str, Any]) -> None:

@@ -74,3 +74,139 @@ def test_fixtures_list_and_build(
     out = capsys.readouterr().out
     assert "built in" in out and "(cached)" in out
     assert main(["fixtures", "build", "--model", "huge"]) == 2
+
+
+def test_merge_writes_one_run_keyed_by_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    golden = Path(__file__).resolve().parent.parent / "golden" / "run-v1.json"
+    out = tmp_path / "merged.json"
+    assert main(["merge", f"pc={golden}", f"board={golden}", "-o", str(out)]) == 0
+    assert "2 cells from 2 runs" in capsys.readouterr().out
+    keys = [c["key"] for c in json.loads(out.read_text())["cells"]]
+    assert keys == [
+        "llama_cpp@pc|tiny/f32|t2-c256-p16-g24",
+        "llama_cpp@board|tiny/f32|t2-c256-p16-g24",
+    ]
+    assert main(["merge", str(golden), str(golden), "-o", str(out)]) == 2
+    assert "is in" in capsys.readouterr().err
+
+
+def test_run_with_targets_needs_a_cluster_or_a_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    m = tmp_path / "m.toml"
+    m.write_text("[[targets]]\nlabel = 'board'\n[[runtimes]]\nname = 'llama_cpp'\n"
+                 "[[fixtures]]\nmodel = 'tiny'\n")  # fmt: skip
+    assert main(["run", str(m)]) == 2
+    assert "--cluster ADDRESS" in capsys.readouterr().err
+    assert main(["run", str(m), "--target", "laptop"]) == 2
+    assert "valid: board" in capsys.readouterr().err
+    assert main(["run", str(m), "--cluster", "tcp://10.1.2.3:8786"]) == 2
+    assert "TLS is required" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- compare
+
+COMPARE_MATRIX = """
+[run]
+repetitions = 2
+warmup = 0
+timeout_s = 60
+[params]
+n_ctx = 64
+prompt_tokens = 6
+gen_tokens = 4
+[[runtimes]]
+name = "np"
+adapter = "tests.helpers.adapters:NumpyAdapter"
+[[fixtures]]
+model = "tiny"
+"""
+
+
+def test_compare_help_documents_sides_rounds_margin_alpha_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--help"])
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for needle in (
+        "--a PYTHON", "--b PYTHON", "--a-option KEY=VALUE", "--b-adapter module:Class",
+        "--rounds K", "--budget-s SECONDS", "--margin", "--min-effect", "--alpha", "--seed",
+        "AB or BA", "median of that process's counted repetitions", "default: 24",
+        "0 pass", "1 regression", "2 new failure", "3 inconclusive", "4 bad input",
+    ):  # fmt: skip
+        assert needle in out, needle
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--a-option", "novalue"], "expected KEY=VALUE"),
+        (["--margin=-5%"], "expected [METRIC:]PERCENT"),
+        (["--metric", "license"], "no known direction"),
+        (["--rounds", "1"], "at least 2 rounds"),
+        (["--runtime", "nope"], "not in the matrix"),
+        (["--b-adapter", "no.such:Adapter"], "--b-adapter"),
+    ],
+)
+def test_compare_bad_input_is_exit_4(
+    tmp_path: Path,
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    extra: list[str],
+    message: str,
+) -> None:
+    import sys
+
+    monkeypatch.chdir(repo)
+    (tmp_path / "m.toml").write_text(COMPARE_MATRIX)
+    args = ["compare", str(tmp_path / "m.toml"), "--a", sys.executable, "--b", sys.executable]
+    assert main([*args, "--results", str(tmp_path), "-o", str(tmp_path), *extra]) == 4
+    assert message in capsys.readouterr().err
+
+
+def test_compare_usage_error_and_missing_python_are_exit_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--a", "python3"])  # no --b
+    assert exc.value.code == 4
+    (tmp_path / "m.toml").write_text(COMPARE_MATRIX)
+    missing = str(tmp_path / "no-such-python")
+    assert main(["compare", str(tmp_path / "m.toml"), "--a", missing, "--b", missing]) == 4
+    assert "no such executable" in capsys.readouterr().err
+
+
+def test_compare_new_failure_is_exit_2_with_report_files(
+    tmp_path: Path,
+    repo: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import json
+    import sys
+
+    monkeypatch.chdir(repo)
+    (tmp_path / "m.toml").write_text(COMPARE_MATRIX)
+    out, summary = tmp_path / "out", tmp_path / "step-summary.md"
+    code = main(
+        [
+            "compare", str(tmp_path / "m.toml"), "--a", sys.executable, "--b", sys.executable,
+            "--b-adapter", "tests.helpers.adapters:RaisingAdapter", "--rounds", "2",
+            "--results", str(tmp_path / "results"), "-o", str(out), "--markdown", str(summary),
+        ]
+    )  # fmt: skip
+    assert code == 2
+    doc = json.loads((out / "comparison.json").read_text("utf-8"))
+    assert doc["result"] == "new-failure" and doc["exit_code"] == 2
+    (cell,) = doc["cells"]
+    assert cell["mark"] == "!" and cell["rounds"] == 1  # not ok on B: not repeated
+    assert summary.read_text("utf-8").startswith("## rtmatrix compare: NEW FAILURE (exit 2)")
+    assert (out / "index.html").exists() and len(list((tmp_path / "results").glob("*.json"))) == 2
+    assert capsys.readouterr().out.strip().endswith("1 cell(s) got worse; 0 regression(s)")

@@ -63,7 +63,7 @@ def test_threshold(outside: float, flag: bool) -> None:
 
 
 def test_fewer_than_two_samples_is_unavailable() -> None:
-    s = _samples([(0.0, 0.0, 0.0, 0.0), (5.0, 1.0, 0.0, 0.0)])
+    s = _samples([(5.0, 1.0, 0.0, 0.0)])
     r = busy_cores(s, 1.0, 5.5)
     assert r.busy_cores is None and r.contended is None
     assert r.reason is not None and "1 CPU sample(s)" in r.reason
@@ -270,3 +270,9 @@ def test_no_hog_is_not_flagged_on_a_quiet_host(worker: subprocess.Popen[bytes]) 
     assert quiet.contended is False, quiet.detail
     assert loud.busy_cores is not None and quiet.busy_cores is not None
     assert loud.busy_cores - quiet.busy_cores >= 0.7
+
+
+def test_a_window_shorter_than_the_interval_uses_the_samples_around_it() -> None:
+    s = _samples([(0.0, 0.0, 0.0, 0.0), (1.0, 0.5, 0.0, 0.0)])
+    r = busy_cores(s, 0.4, 0.6)
+    assert r.busy_cores == pytest.approx(0.5) and r.detail["bracketing_samples"] is True

@@ -423,3 +423,28 @@ def test_a_change_of_error_kind_is_a_transition(base: dict[str, Any]) -> None:
     assert diff.candidate.to_dict()["kind"] == "unclassified"
     accepted = compare_cells(failed("unknown-arch", "PASS"), failed("unsupported-op", "PASS"), {})
     assert accepted.mark is Mark.SAME and "both accepted" in accepted.reasons[0]
+
+
+def test_a_host_lost_side_is_not_comparable(base: dict[str, Any]) -> None:
+    c = _with_outcome(_cell(base, 0), "FAIL", "host-lost")
+    c["outcome"]["message"] = "host lost mid-cell: worker tls://10.0.0.5:4000 (rk3588)"
+    diff = compare_cells(_cell(base, 0), c, default_checks())
+    assert diff.mark is Mark.NOT_COMPARABLE  # an infrastructure fault, not a new failure
+    assert diff.reasons == ["host lost in the candidate: " + c["outcome"]["message"]]
+
+
+def test_fleet_cells_are_compared_on_their_own_hosts(base: dict[str, Any]) -> None:
+    """Cells that ran on fleet hosts carry host.machine: a pair is judged on those."""
+    cand = copy.deepcopy(base)
+    cand["machine"]["cpu_model"] = "the coordinator's CPU"  # not where the cells ran
+    for b_cell, c_cell in zip(base["cells"], cand["cells"], strict=True):
+        b_cell["host"] = {"machine": dict(base["machine"])}
+        c_cell["host"] = {"machine": dict(base["machine"])}
+    cand["cells"][0]["host"]["machine"]["arch"] = "aarch64"
+    diff = diff_runs(base, cand)
+    marks = [c.mark for c in diff.cells]
+    assert (
+        marks[0] is Mark.NOT_COMPARABLE
+        and "arch: 'x86_64' -> 'aarch64'" in (diff.cells[0].reasons[0])
+    )
+    assert Mark.NOT_COMPARABLE not in marks[1:]

@@ -33,3 +33,10 @@ def test_percentile_and_summary() -> None:
     assert summarize([2.0])["sd"] == 0.0
     with pytest.raises(ValueError, match="no samples"):
         percentile([], 50)
+
+
+def test_a_lost_host_fails_whatever_was_expected() -> None:
+    from rtmatrix.outcome import Expect, Status, Verdict, verdict
+
+    assert verdict(Expect.OK, Status.HOST_LOST) is Verdict.FAIL
+    assert verdict(Expect.ERROR, Status.HOST_LOST) is Verdict.FAIL

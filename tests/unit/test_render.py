@@ -483,3 +483,33 @@ def test_plots_mark_contended_cells() -> None:
         cell["contended"] = False
     assert "<pattern" not in (plots.throughput_by_quant(columns([quiet])).svg or "")
     assert "onnxruntime 1.22.0 (contended) · tiny/f32" in (plots.cold_start_split(cols).svg or "")
+
+
+def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) -> None:
+    from rtmatrix.fleet.merge import merge_runs
+    from rtmatrix.results import save_run
+
+    parts = []
+    for name, arch, cpu in (("laptop", "x86_64", "Ryzen 7"), ("board", "aarch64", "Cortex-A76")):
+        run = copy.deepcopy(golden())
+        run["machine"] |= {"hostname": name, "arch": arch, "cpu_model": cpu}
+        save_run(run, tmp_path / f"{name}.json")
+        parts.append((tmp_path / f"{name}.json", None))
+    cols = columns([merge_runs(parts)])
+    assert [c.label.split()[0] for c in cols] == ["llama_cpp@laptop", "llama_cpp@board"]
+    (row,) = [r for r in selection(cols, Notes()) if r.label == "OS / chip"]
+    chips = [" ".join(p.value.text for it in e for p in it.parts) for e in row.entries]
+    assert "x86_64 · Ryzen 7" in chips[0] and "aarch64 · Cortex-A76" in chips[1]
+    assert "aarch64 · Cortex-A76" in render_html([merge_runs(parts)])
+
+
+def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
+    from rtmatrix.report.upgrade import render_comparison
+    from tests.unit.test_upgrade import regression_doc, side_runs
+
+    html = render_comparison(regression_doc(), side_runs(), tmp_path).read_text("utf-8")
+    heads = re.findall(r'<th scope="col" data-runtime="([^"]+)"', _section(html, "selection"))
+    assert len(heads) == 2 * len(set(heads))  # each row once per side
+    assert 'id="history"' not in html  # the comparison section judges the two sides
+    plain = render_html(side_runs())
+    assert 'id="history"' in plain  # the same two runs, reported alone: a history

@@ -16,6 +16,8 @@ def test_describe_reports_metadata_without_the_runtime() -> None:
         "distribution": "llama-cpp-python",
         "extra": "llama-cpp",
         "container": "gguf",
+        "prepares": True,  # builds llama-bench once per run
+        "reference_tool": True,
     }
 
 

@@ -17,6 +17,7 @@ from rtmatrix.adapters.base import (
 from rtmatrix.adapters.capabilities import (
     Abortable,
     Placement,
+    ReferenceBenchmark,
     ServerDriver,
     ServerLaunch,
     Serving,
@@ -31,6 +32,7 @@ __all__ = [
     "AdapterError",
     "LoadParams",
     "Placement",
+    "ReferenceBenchmark",
     "RuntimeUnavailable",
     "ServerDriver",
     "ServerLaunch",

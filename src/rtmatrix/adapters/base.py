@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -67,6 +67,13 @@ class Adapter(ABC):
     #: ``(error kind, regex)`` pairs for the messages this runtime prints, tried before the
     #: generic ones of :mod:`rtmatrix.errorkinds` (kinds: :class:`rtmatrix.outcome.ErrorKind`)
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def prepare(cls, log: Callable[[str], None]) -> dict[str, Any]:
+        """One-time work before the first cell of this row runs, in a child process of its own
+        (e.g. building the runtime's own benchmark tool); what it returns goes into the run's
+        ``runtimes`` entry. Default: nothing to prepare."""
+        return {}
 
     def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """The row's ``options``, given before :meth:`import_runtime` (some adapters choose what

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rtmatrix.adapters.base import Adapter
+from rtmatrix.protocol import JobParams
 
 #: called by the runtime right after each sampled token; True stops the request there
 OnToken = Callable[[], bool]
@@ -91,6 +92,22 @@ class Streaming(Protocol):
     def stream_backend(self) -> StreamBackend:
         """The backend over the loaded model (the same object on every call). Raise
         :class:`RuntimeUnavailable` when this build or model cannot stream."""
+        ...
+
+
+@runtime_checkable
+class ReferenceBenchmark(Protocol):
+    """The runtime's own benchmark tool, run on the cell's file with the cell's settings in a
+    process of its own after the cell (so its memory and CPU are not the cell's). Checked on the
+    adapter *class*: it runs without loading the model in the worker."""
+
+    @classmethod
+    def reference_benchmark(
+        cls, model_path: Path, params: JobParams, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """``{"pp_tps": [...], "tg_tps": [...], "evidence": {tool, tool_version, command, ...}}``;
+        raise :class:`rtmatrix.adapters.base.RuntimeUnavailable` with the reason when the tool
+        cannot run."""
         ...
 
 

@@ -8,16 +8,21 @@ from rtmatrix.matrix.load import (
     Matrix,
     MatrixError,
     RuntimeEntry,
+    key_with_target,
     load_matrix,
     parse_matrix,
 )
+from rtmatrix.matrix.targets import ClusterConfig, Target
 
 __all__ = [
     "Cell",
+    "ClusterConfig",
     "FixtureEntry",
     "Matrix",
     "MatrixError",
     "RuntimeEntry",
+    "Target",
+    "key_with_target",
     "load_matrix",
     "parse_matrix",
 ]

@@ -16,6 +16,14 @@ from rtmatrix.adapters.base import AdapterError, resolve_adapter
 from rtmatrix.fixtures import all_dtypes
 from rtmatrix.fixtures.spec import builtin_specs
 from rtmatrix.fixtures.variants import VARIANTS
+from rtmatrix.matrix.targets import (
+    ClusterConfig,
+    Target,
+    TargetError,
+    parse_cluster,
+    parse_targets,
+    row_targets,
+)
 from rtmatrix.metrics.power import PowerConfigError, normalize_config
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import ErrorKind, Expect, Status, Verdict
@@ -27,6 +35,9 @@ RUN_DEFAULTS: dict[str, Any] = {
     "address_space_cap_mb": 0,
     "memory_cgroup_mb": 0,
     "sample_interval_s": 0.02,
+    # the supervisor's sampling interval while the counted repetitions run (it stays out of
+    # the way of what it times; the OS's own peak RSS is exact either way)
+    "counted_sample_interval_s": 0.25,
     # CPU used on the host outside the cell's processes (cores) above which a cell is contended
     "contention_threshold_cores": 0.25,
     # rerun a contended cell up to this many times (the last attempt is recorded)
@@ -39,7 +50,17 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "gen_tokens": 64,
 }
 FILL = "fill"  # prompt_tokens = "fill": n_ctx - gen_tokens, the context exactly full
-TOP_KEYS = ("description", "run", "params", "runtimes", "fixtures", "power", "gate")
+TOP_KEYS = (
+    "description",
+    "run",
+    "params",
+    "runtimes",
+    "fixtures",
+    "power",
+    "gate",
+    "targets",
+    "cluster",
+)
 RUNTIME_KEYS = (
     "name",
     "adapter",
@@ -48,6 +69,7 @@ RUNTIME_KEYS = (
     "expect_kind",
     "verdicts",
     "skip_variants",
+    "targets",
 )
 FIXTURE_KEYS = (
     "model",
@@ -79,6 +101,8 @@ class RuntimeEntry:
     # variants that do not apply to this row (e.g. a JIT row never opens the compiled file)
     skip_variants: tuple[str, ...] = ()
     expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
+    #: the [[targets]] labels this row runs on (all declared ones when the row names none)
+    targets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,12 +138,25 @@ class Cell:
     expect: Expect = Expect.OK
     verdicts: dict[str, str] = field(default_factory=dict)
     expect_kinds: tuple[str, ...] = ()
+    #: the [[targets]] label of the host this cell runs on; None in a matrix without targets
+    target: str | None = None
 
     @property
     def key(self) -> str:
         p = self.params
         tag = f"t{p['threads']}-c{p['n_ctx']}-p{p['prompt_tokens']}-g{p['gen_tokens']}"
-        return f"{self.runtime}|{self.fixture.label}|{tag}"
+        return f"{targeted(self.runtime, self.target)}|{self.fixture.label}|{tag}"
+
+
+def targeted(runtime: str, target: str | None) -> str:
+    """The first part of a cell key: ``runtime``, or ``runtime@target`` on a declared target."""
+    return f"{runtime}@{target}" if target else runtime
+
+
+def key_with_target(key: str, target: str) -> str:
+    """A key of a run without targets, as the same cell on ``target`` (``rtmatrix merge``)."""
+    runtime, sep, rest = key.partition("|")
+    return f"{targeted(runtime, target)}{sep}{rest}"
 
 
 def _combos(params: dict[str, list[int | str]]) -> list[dict[str, int]]:
@@ -143,21 +180,30 @@ class Matrix:
     description: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
     power: dict[str, Any] = field(default_factory=normalize_config)
+    targets: tuple[Target, ...] = ()
+    cluster: ClusterConfig | None = None
+
+    def target(self, label: str) -> Target:
+        return next(t for t in self.targets if t.label == label)
 
     def cells(self) -> list[Cell]:
         cells = []
         for rt in self.runtimes:
-            for fx in self.fixtures:
-                run = self.run | fx.run
-                for combo in _combos(self.params | fx.params):
-                    options = rt.options | fx.options
-                    expect = rt.expect or fx.expect
-                    kinds = rt.expect_kinds if rt.expect else fx.expect_kinds
-                    verdicts = fx.verdicts | rt.verdicts
-                    cells.append(
-                        Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts, kinds)
-                    )
+            for target in rt.targets or (None,):
+                for fx in self.fixtures:
+                    cells += self._cells(rt, fx, target)
         return cells
+
+    def _cells(self, rt: RuntimeEntry, fx: FixtureEntry, target: str | None) -> list[Cell]:
+        run = self.run | fx.run
+        options = rt.options | fx.options
+        expect = rt.expect or fx.expect
+        kinds = rt.expect_kinds if rt.expect else fx.expect_kinds
+        verdicts = fx.verdicts | rt.verdicts
+        return [
+            Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts, kinds, target)
+            for combo in _combos(self.params | fx.params)
+        ]
 
 
 class _Ctx:
@@ -198,7 +244,7 @@ def _run_table(
     for key in ("warmup", "address_space_cap_mb", "memory_cgroup_mb", "contended_retries"):
         if key in run:
             _positive_int(ctx, f"{where}.{key}", run[key], allow_zero=True)
-    for key in ("timeout_s", "sample_interval_s"):
+    for key in ("timeout_s", "sample_interval_s", "counted_sample_interval_s"):
         if key not in run:
             continue
         val = run[key]
@@ -234,7 +280,7 @@ def _params_table(
     return out
 
 
-def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
+def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list[RuntimeEntry]:
     if not isinstance(entries, list) or not entries:
         raise ctx.fail("runtimes", "expected at least one [[runtimes]] table")
     out = []
@@ -260,8 +306,14 @@ def _runtimes(ctx: _Ctx, entries: Any) -> list[RuntimeEntry]:
             raise ctx.fail(
                 f"{where}.skip_variants", f"unknown variant(s) {bad}; valid: {', '.join(VARIANTS)}"
             )
+        try:
+            on = row_targets(entry.get("targets"), f"{where}.targets", targets)
+        except TargetError as exc:
+            raise ctx.fail(exc.key, exc.problem) from None
         out.append(
-            RuntimeEntry(entry["name"], target, options, rt_expect, verdicts, tuple(skip), kinds)
+            RuntimeEntry(
+                entry["name"], target, options, rt_expect, verdicts, tuple(skip), kinds, on
+            )
         )
     names = [r.name for r in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -393,15 +445,22 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     except PowerConfigError as exc:
         raise ctx.fail(f"power.{exc.key}", exc.problem) from None
     _gate_table(ctx, ctx.table(raw.get("gate", {}), "gate"))
+    try:
+        targets = parse_targets(raw.get("targets"))
+        cluster = parse_cluster(raw.get("cluster"), path.parent)
+    except TargetError as exc:
+        raise ctx.fail(exc.key, exc.problem) from None
     return Matrix(
         power=power,
         path=path,
         run=_run_table(ctx, ctx.table(raw.get("run", {}), "run")),
         params=_params_table(ctx, ctx.table(raw.get("params", {}), "params")),
-        runtimes=_runtimes(ctx, raw.get("runtimes")),
+        runtimes=_runtimes(ctx, raw.get("runtimes"), targets),
         fixtures=fixtures,
         description=str(raw.get("description", "")),
         raw=raw,
+        targets=targets,
+        cluster=cluster,
     )
 
 

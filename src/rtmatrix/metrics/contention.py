@@ -242,8 +242,15 @@ def busy_cores(
     ``[t0, t1]``; contended when above ``threshold_cores``. The value is not clipped at 0:
     tick-based system accounting against per-process accounting can read a little below."""
     inside = [s for s in samples if t0 <= s.t <= t1]
+    bracketed = False
     if len(inside) < 2 or inside[-1].t <= inside[0].t:
-        why = f"{len(inside)} CPU sample(s) inside the {t1 - t0:.3f} s window; at least 2 needed"
+        # a window shorter than the sampling interval: the samples just around it
+        before = [s for s in samples if s.t <= t0][-1:]
+        after = [s for s in samples if s.t >= t1][:1]
+        inside = before + [s for s in inside if s not in before + after] + after
+        bracketed = True
+    if len(inside) < 2 or inside[-1].t <= inside[0].t:
+        why = f"{len(inside)} CPU sample(s) around the {t1 - t0:.3f} s window; at least 2 needed"
         return _unavailable(t0, t1, threshold_cores, why)
     a, b = inside[0], inside[-1]
     span = b.t - a.t
@@ -255,6 +262,7 @@ def busy_cores(
         "window_s": t1 - t0,
         "span_s": span,
         "n_samples": len(inside),
+        "bracketing_samples": bracketed,
         "system_busy_cores": system,
         "own_cores": own,
         **(detail or {}),

@@ -84,12 +84,13 @@ def by_time(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def shown_columns(cols: Sequence[Column]) -> list[Column]:
-    """One column per matrix and runtime row: the newest run with cells for it, its ``series``
+    """One column per matrix, runtime row and target (``rtmatrix.fleet``; None for a run on one
+    machine): the newest run with cells for it, its ``series``
     set to the row's columns in every run of that matrix that has cells (oldest first) when
     there are several. Rows without cells in any run are left out (``left_out``)."""
-    groups: dict[tuple[str, str], list[Column]] = {}
+    groups: dict[tuple[str, str, str | None], list[Column]] = {}
     for col in cols:
-        groups.setdefault((matrix_of(col.run), col.runtime), []).append(col)
+        groups.setdefault((matrix_of(col.run), col.runtime, col.target), []).append(col)
     shown = []
     for series in groups.values():
         with_cells = [c for c in series if c.cells]

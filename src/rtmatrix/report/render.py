@@ -71,9 +71,10 @@ def _plots(cols: list[views.Column]) -> list[plots.Plot]:
     ]
 
 
-def _shown(cols: list[views.Column]) -> list[views.Column]:
-    """One column per matrix and runtime row (the newest run's), with picks, spreads, ranks."""
-    shown = history.shown_columns(cols)
+def _shown(cols: list[views.Column], by_matrix: bool = True) -> list[views.Column]:
+    """One column per matrix and runtime row (the newest run's), with picks, spreads, ranks;
+    without ``by_matrix`` (a paired comparison's two sides), each run's rows side by side."""
+    shown = history.shown_columns(cols) if by_matrix else [c for c in cols if c.cells]
     history.attach(shown)
     ranking.attach(shown)
     return shown
@@ -86,13 +87,19 @@ def _upgrades(runs: list[dict[str, Any]], baseline: dict[str, Any] | None) -> li
     return [upgrade.view(baseline, run) for run in runs if run["run_id"] != baseline["run_id"]]
 
 
-def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> str:
-    """The page for ``runs`` (ordered by time here), with an upgrade view against ``baseline``.
-    Several runs of one matrix show each runtime row once, with its history."""
+def render_html(
+    runs: list[dict[str, Any]],
+    baseline: dict[str, Any] | None = None,
+    comparison: upgrade.ComparisonView | None = None,
+) -> str:
+    """The page for ``runs`` (ordered by time here), with an upgrade view against ``baseline``
+    and/or a paired comparison first; upgrade pages leave out runtime rows that did not run.
+    Several runs of one matrix show each runtime row once, with its history (a comparison's
+    two sides stay side by side: the comparison section judges them)."""
     runs = history.by_time(runs)
     notes = views.Notes()
-    every = views.columns(runs)
-    cols = _shown(every)
+    every = views.columns(runs, ran_only=bool(baseline or comparison))
+    cols = _shown(every, by_matrix=comparison is None)
     script = _asset("report.js")
     context = {
         "runs": runs,
@@ -108,6 +115,7 @@ def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = No
         "partitions": partitions.panel(cols, notes),
         "upgrades": _upgrades(runs, baseline),
         "baseline": baseline,
+        "comparison": comparison,
         "notes": notes,
         "sources": views.SOURCES,
         "css": _asset("report.css"),
@@ -118,10 +126,13 @@ def render_html(runs: list[dict[str, Any]], baseline: dict[str, Any] | None = No
 
 
 def render_report(
-    runs: list[dict[str, Any]], out_dir: Path, baseline: dict[str, Any] | None = None
+    runs: list[dict[str, Any]],
+    out_dir: Path,
+    baseline: dict[str, Any] | None = None,
+    comparison: upgrade.ComparisonView | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path."""
-    html = render_html(runs, baseline)
+    html = render_html(runs, baseline, comparison)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
     tmp = path.with_suffix(".html.tmp")

@@ -217,7 +217,8 @@ class Pick:
 
 @dataclass(eq=False)
 class Column:
-    """One runtime row of one run: a column of the selection matrix and of the fixture grid."""
+    """One runtime row of one run (on one target, for a fleet run): a column of the selection
+    matrix and of the fixture grid."""
 
     run_index: int
     run: dict[str, Any]
@@ -225,6 +226,21 @@ class Column:
     info: dict[str, Any]
     cells: list[tuple[str, dict[str, Any]]]  # (evidence anchor id, cell)
     headline: dict[str, Any] | None = None  # the params its selection values are read at
+    target: str | None = None  # the [[targets]] label its cells ran on (rtmatrix.fleet)
+
+    def _host(self, key: str) -> dict[str, Any]:
+        """The host block's ``key`` of the first cell that ran on a fleet host, else {}."""
+        for _, c in self.cells:
+            value = (c.get("host") or {}).get(key)
+            if isinstance(value, dict) and value:
+                return value
+        return {}
+
+    @property
+    def machine(self) -> dict[str, Any]:
+        """The machine its cells ran on: the fleet host's, else the run's."""
+        return self._host("machine") or dict(self.run.get("machine", {}))
+
     #: this row in every run of the same matrix, oldest first (itself last); [] when alone
     series: list[Column] = field(default_factory=list, repr=False)
     picks: dict[str, Pick] = field(default_factory=dict)  # cell key -> figures shown
@@ -233,11 +249,14 @@ class Column:
 
     @property
     def version(self) -> str:
-        return str(self.info.get("version") or "not installed")
+        return str(
+            self._host("runtime").get("version") or self.info.get("version") or "not installed"
+        )
 
     @property
     def label(self) -> str:
-        return f"{self.runtime} {self.version}"
+        where = f"{self.runtime}@{self.target}" if self.target else self.runtime
+        return f"{where} {self.version}"
 
     @property
     def headline_text(self) -> str:
@@ -426,17 +445,23 @@ def anchor(run_index: int, cell_index: int) -> str:
     return f"ev-{run_index}-{cell_index}"
 
 
-def columns(runs: list[dict[str, Any]]) -> list[Column]:
-    """One column per runtime row of each run, in run order, then matrix order."""
+def columns(runs: list[dict[str, Any]], ran_only: bool = False) -> list[Column]:
+    """One column per runtime row (and target) of each run, in run order, then matrix order;
+    with ``ran_only``, rows without a cell in that run (they did not run) are left out."""
     cols = []
     for ri, run in enumerate(runs):
         names = list(run.get("runtimes", {}))
         names += [c["runtime"] for c in run["cells"] if c["runtime"] not in names]
         for name in dict.fromkeys(names):
-            cells = [
+            info = run.get("runtimes", {}).get(name, {})
+            mine = [
                 (anchor(ri, ci), c) for ci, c in enumerate(run["cells"]) if c["runtime"] == name
             ]
-            cols.append(Column(ri, run, name, run.get("runtimes", {}).get(name, {}), cells))
+            if ran_only and not mine:
+                continue
+            for target in dict.fromkeys(c.get("target") for _, c in mine) or [None]:
+                cells = [(a, c) for a, c in mine if c.get("target") == target]
+                cols.append(Column(ri, run, name, info, cells, target=target))
     shared = common_params(c for col in cols for c in _normal(col))
     for col in cols:
         own = _normal(col)
@@ -627,7 +652,7 @@ def _first_metric(col: Column, key: str, notes: Notes) -> list[Item]:
 
 
 def _os_chip(col: Column, notes: Notes) -> list[Item]:
-    m = col.run.get("machine", {})
+    m = col.machine
     ram = f"{m['ram_bytes'] / 2**30:.1f} GiB" if m.get("ram_bytes") else "? GiB"
     host = Value(
         f"{m.get('os_release') or m.get('os', '?')} · {m.get('arch', '?')} · "

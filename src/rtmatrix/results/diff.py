@@ -526,12 +526,32 @@ def _compare_numbers(
 
 
 def machine_differences(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
-    mb, mc = base.get("machine", {}), cand.get("machine", {})
+    return _differences(base.get("machine", {}), cand.get("machine", {}))
+
+
+def _differences(mb: dict[str, Any], mc: dict[str, Any]) -> list[str]:
     return [
         f"{k}: {mb[k]!r} -> {mc[k]!r}"
         for k in MACHINE_FIELDS
         if k in mb and k in mc and mb[k] != mc[k]
     ]
+
+
+def _host_machine(cell: dict[str, Any]) -> dict[str, Any] | None:
+    """The machine a cell ran on when it is not its run's (a fleet host, a merged part)."""
+    machine = (cell.get("host") or {}).get("machine")
+    return machine if isinstance(machine, dict) and machine else None
+
+
+def cell_machine_differences(
+    b: dict[str, Any], c: dict[str, Any], base: dict[str, Any], cand: dict[str, Any]
+) -> list[str]:
+    """Machine differences of one pair: each cell's own host where it has one, else its run's."""
+    if _host_machine(b) is None and _host_machine(c) is None:
+        return machine_differences(base, cand)
+    mb = _host_machine(b) or base.get("machine", {})
+    mc = _host_machine(c) or cand.get("machine", {})
+    return _differences(mb, mc)
 
 
 def _incomparable(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
@@ -547,6 +567,8 @@ def _incomparable(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
     for side, cell in (("base", b), ("candidate", c)):
         if Verdict.UNAVAILABLE in (cell["verdict"], cell["outcome"]["status"]):
             reasons.append(f"unavailable in the {side}: {cell['outcome'].get('message', '')}")
+        if cell["outcome"]["status"] == Status.HOST_LOST:  # nothing learnt about the runtime
+            reasons.append(f"host lost in the {side}: {cell['outcome'].get('message', '')}")
     return reasons
 
 
@@ -570,6 +592,26 @@ def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
         rb, rc = sb, sc
         what = f"outcome {b.status} -> {c.status} (verdict {b.verdict} on both sides)"
     return (Mark.NEW_FAILURE, what) if rc > rb else (Mark.FIXED, what)
+
+
+def outcome_mark(b: dict[str, Any], c: dict[str, Any]) -> tuple[Mark, list[str]]:
+    """How two records of one cell compare on their outcome alone, as :func:`compare_cells`
+    judges it before any figure: ``x`` (fixture, params or a side unavailable), ``!``, ``*``,
+    else ``=``; with the reasons. (``rtmatrix compare`` judges figures by paired rounds.)"""
+    reasons = _incomparable(b, c)
+    if reasons:
+        return Mark.NOT_COMPARABLE, reasons
+    change = _outcome_change(Side.of(b), Side.of(c))
+    return (change[0], [change[1]]) if change else (Mark.SAME, [])
+
+
+def outcome_rank(cell: dict[str, Any]) -> tuple[int, int]:
+    """(verdict rank, outcome severity) of a record: higher is worse; unavailable is lowest."""
+    verdict = Verdict(cell["verdict"])
+    if verdict is Verdict.UNAVAILABLE:
+        return (-1, -1)
+    severity = _STATUS_SEVERITY.get(Status(cell["outcome"]["status"]), _WORST)
+    return (_VERDICT_RANK[verdict], severity)
 
 
 def _worst(metrics: Sequence[MetricDiff]) -> Mark:
@@ -682,7 +724,13 @@ def diff_runs(
     by_key = {c["key"]: c for c in candidate["cells"]}
     base_keys = {c["key"] for c in base["cells"]}
     cells = [
-        compare_cells(b, by_key[b["key"]], checks, alpha, machine)
+        compare_cells(
+            b,
+            by_key[b["key"]],
+            checks,
+            alpha,
+            cell_machine_differences(b, by_key[b["key"]], base, candidate),
+        )
         for b in base["cells"]
         if b["key"] in by_key
     ]

@@ -3,6 +3,7 @@ under supervision, classify and record it, and save the run before the next cell
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -17,7 +18,7 @@ from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, un
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.outcome import Status
-from rtmatrix.protocol import Job, JobParams
+from rtmatrix.protocol import Job, JobParams, WorkerResult
 from rtmatrix.results import load_run, save_run
 from rtmatrix.runner import process
 from rtmatrix.runner.classify import CellOutcome, classify, not_run
@@ -27,6 +28,7 @@ from rtmatrix.runner.record import (
     cell_record,
     new_record,
     progress_line,
+    reference_metrics,
     sha256_of,
 )
 
@@ -47,7 +49,9 @@ class RunContext:
     python: str | None = None
 
 
-def make_job(ctx: RunContext, cell: Cell, fx: PreparedFixture, cgroup: Any) -> Job:
+def make_job(
+    ctx: RunContext, cell: Cell, fx: PreparedFixture, cgroup: Any, task: str = "cell"
+) -> Job:
     run, p = cell.run, cell.params
     return Job(
         adapter=cell.adapter,
@@ -61,6 +65,7 @@ def make_job(ctx: RunContext, cell: Cell, fx: PreparedFixture, cgroup: Any) -> J
             warmup=int(run["warmup"]),
         ),
         scenario=cell.fixture.scenario,
+        task=task,
         options=dict(cell.options),
         power=dict(ctx.matrix.power),
         address_space_cap_mb=run["address_space_cap_mb"] or None,
@@ -114,6 +119,7 @@ def _supervise(
         ctx.cwd,
         python=ctx.python,
         cgroup=cgroup,
+        counted_interval_s=run.get("counted_sample_interval_s"),
     )
     read = process.read_result(job_dir)
     phase, marks = process.last_phase(job_dir)
@@ -182,7 +188,34 @@ def _attempts(
             break
     if len(busy) > 1:
         rec["attempts"] = {"n": len(busy), "host_busy_cores": busy}
+    if _wants_reference(ctx, cell, rec):
+        reference_metrics(rec, _reference(ctx, cell, fx))
     return rec
+
+
+def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
+    """A performance cell of a row whose runtime has its own benchmark tool, that ran ok."""
+    return bool(
+        ctx.describe[cell.runtime].get("reference_tool")
+        and cell.fixture.scenario == "generate"
+        and rec["outcome"]["status"] == "ok"
+        and cell.options.get("reference_tool", True)
+    )
+
+
+def _reference(ctx: RunContext, cell: Cell, fx: PreparedFixture) -> WorkerResult:
+    """The runtime's own benchmark tool on the cell's file, in a worker process of its own."""
+    with tempfile.TemporaryDirectory(prefix="rtmatrix-ref-") as tmp:
+        job_dir = Path(tmp)
+        make_job(ctx, cell, fx, None, task="reference").write(job_dir / "job.json")
+        timeout = max(2 * float(cell.run["timeout_s"]), 120.0)  # two llama-bench runs
+        lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
+                             python=ctx.python)  # fmt: skip
+        read = process.read_result(job_dir)
+    if read.result is not None:
+        return read.result
+    why = classify(lau, None, "reference", 0, None, problem=read.problem).message
+    return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}")
 
 
 def plan_cells(
@@ -231,6 +264,24 @@ def _start(
     return record, resume, todo
 
 
+def _prepare_rows(
+    matrix: Matrix,
+    describe: dict[str, dict[str, Any]],
+    record: dict[str, Any],
+    todo: list[Cell],
+    cwd: Path | None,
+    progress: Progress,
+) -> None:
+    """Each row's one-time preparation (e.g. building llama-bench), in a child, before cells."""
+    rows = {c.runtime for c in todo}
+    for rt in matrix.runtimes:
+        if rt.name in rows and describe[rt.name].get("prepares"):
+            progress(f"rtmatrix: preparing {rt.name} ...")
+            info = process.prepare_adapter(rt.adapter, cwd)
+            record["runtimes"].setdefault(rt.name, {})["prepared"] = info
+            progress(f"rtmatrix: prepared {rt.name}: {json.dumps(info)[:300]}")
+
+
 def _end(record: dict[str, Any], path: Path, status: str) -> None:
     record["status"] = status
     record["finished_utc"] = datetime.now(UTC).isoformat()
@@ -250,6 +301,7 @@ def run_matrix(
     describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
     cells, skipped = plan_cells(matrix, describe, only)
     record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
+    _prepare_rows(matrix, describe, record, todo, cwd, progress)
     record["skipped"] = skipped
     record["matrix"]["n_cells"] = len(cells)
     for s in skipped:
@@ -274,3 +326,42 @@ def run_matrix(
         raise
     _end(record, path, "complete")
     return path
+
+
+# ------------------------------------------------------------------ hooks for other drivers
+# rtmatrix.fleet runs the same planned cells on a cluster; these give it run_matrix's start and
+# end without its loop (run_matrix itself is unchanged).
+
+
+@dataclass
+class OpenedRun:
+    ctx: RunContext
+    path: Path
+    #: every planned cell, and those the record does not hold yet
+    cells: list[Cell]
+    todo: list[Cell]
+
+
+def open_run(
+    matrix: Matrix,
+    results_dir: Path,
+    progress: Progress = _stderr_progress,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+    resume: Path | None = None,
+) -> OpenedRun:
+    """What run_matrix does before its loop: describe, plan, start or resume, save."""
+    describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
+    cells, skipped = plan_cells(matrix, describe, only)
+    record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
+    record["skipped"] = skipped
+    record["matrix"]["n_cells"] = len(cells)
+    for s in skipped:
+        progress(f"rtmatrix: skipped {s['key']}: {s['reason']}")
+    save_run(record, path, skip_cells=len(record["cells"]))
+    return OpenedRun(RunContext(matrix, record, describe, cwd), path, cells, todo)
+
+
+def close_run(record: dict[str, Any], path: Path, status: str) -> None:
+    """Mark the run ``complete`` or ``interrupted`` and save it (as run_matrix does)."""
+    _end(record, path, status)

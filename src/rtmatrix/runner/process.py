@@ -132,6 +132,40 @@ def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
         )
 
 
+class _PhaseWatch:
+    """Follows the worker's ``events.jsonl`` as it grows, to tell when the counted repetitions
+    run: the supervisor then samples less often, so its own wake-ups do not steal the cores it
+    is timing (on 2 cores a 20 ms sampler preempting one of llama.cpp's 2 threads stalls both at
+    the next barrier)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._offset = 0
+        self.counting = False
+
+    def update(self) -> None:
+        try:
+            if self._path.stat().st_size <= self._offset:
+                return
+            with self._path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except OSError:
+            return
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self._offset += len(complete)
+        for line in complete.splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            phase = event.get("phase")
+            if phase == "generate":
+                self.counting = bool(event.get("counted"))
+            elif phase is not None:
+                self.counting = False
+
+
 def _report_leaks(leaked: list[proctrack.LeakedProcess]) -> None:
     for lp in leaked:
         cmd = " ".join(lp.cmdline)[:200]
@@ -147,11 +181,14 @@ def launch(
     *,
     python: str | None = None,
     cgroup: memcap.MemoryCgroup | None = None,
+    counted_interval_s: float | None = None,
 ) -> Launch:
     """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the cell's RSS and
     CPU; kill the whole group at the deadline (or when the parent is interrupted); reap with
     wait4 for the OS's own peak RSS; then find and kill every process the cell left behind
-    (its own cgroup, or a tracked descendant set: see :mod:`rtmatrix.proctrack`)."""
+    (its own cgroup, or a tracked descendant set: see :mod:`rtmatrix.proctrack`). While the
+    worker runs its counted repetitions, samples are taken every ``counted_interval_s``
+    instead (the OS's own peak RSS is exact either way)."""
     spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable)
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with proctrack.Tracker(shared=cgroup) as tracker:
@@ -162,6 +199,7 @@ def launch(
         cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
         peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
         deadline = spawned + timeout_s
+        watch = _PhaseWatch(job_dir / "events.jsonl")
         try:
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -177,7 +215,11 @@ def launch(
                     kill_group(proc.pid)
                     _, status, usage = os.wait4(proc.pid, 0)
                     break
-                time.sleep(interval_s)
+                watch.update()
+                pause = interval_s
+                if watch.counting and counted_interval_s is not None:
+                    pause = counted_interval_s
+                time.sleep(pause)
         except BaseException:  # Ctrl-C or anything else: never leave a process behind
             kill_group(proc.pid)
             with contextlib.suppress(ChildProcessError):
@@ -243,6 +285,29 @@ def read_result(job_dir: Path) -> ReadResult:
     except (OSError, ValueError) as exc:
         problem = str(exc) if isinstance(exc, ProtocolError) else f"unreadable: {exc}"
         return ReadResult(None, problem)
+
+
+def prepare_adapter(
+    target: str, cwd: Path | None = None, python: str | None = None, timeout_s: float = 1800.0
+) -> dict[str, Any]:
+    """The adapter's one-time preparation in a child (its progress goes to our stderr)."""
+    try:
+        proc = subprocess.run(
+            [python or sys.executable, "-m", "rtmatrix.worker", "--prepare", target],
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=timeout_s,
+            cwd=cwd,
+            env=worker_env(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"preparing {target} took longer than {timeout_s:.0f} s"}
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        info = {"error": f"prepare failed (exit {proc.returncode})"}
+    return info
 
 
 def describe_adapter(

@@ -19,7 +19,7 @@ from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
 from rtmatrix.metrics.contention import ContentionReading
 from rtmatrix.names import M, Scenario
-from rtmatrix.outcome import Judgement, Metric, Status, Verdict, judge
+from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.classify import CellOutcome, refine
 from rtmatrix.runner.process import TAIL_CHARS, Launch
@@ -49,6 +49,7 @@ def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
     return {
         "key": cell.key,
         "runtime": cell.runtime,
+        **({"target": cell.target} if cell.target else {}),
         "adapter": cell.adapter,
         "fixture": {
             "name": cell.fixture.name,
@@ -205,6 +206,36 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     return out
 
 
+def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
+    """Add the runtime's own benchmark figures (``*_tps_reference``, source reference-tool) and
+    the harness ÷ tool ratios to a finished cell's record; unavailable with the reason."""
+    data = ref.reference if ref.status == "ok" else None
+    why = ref.message or "the reference tool reported nothing"
+    m = rec["metrics"]
+    for phase, key, ref_key in (
+        ("pp", M.PP_TPS, M.PP_TPS_REFERENCE),
+        ("tg", M.TG_TPS, M.TG_TPS_REFERENCE),
+    ):
+        samples = (data or {}).get(f"{phase}_tps") or []
+        if not samples:
+            reason = why if data is None else f"the tool reported no {phase} test"
+            m[ref_key] = Metric.unavailable("tokens/s", reason).to_dict()
+            m[f"{phase}_reference_ratio"] = Metric.unavailable("ratio", reason).to_dict()
+            continue
+        ref_metric = Metric.measured(samples, "tokens/s", Source.REFERENCE_TOOL,
+                                     **(data or {}).get("evidence", {}))  # fmt: skip
+        m[ref_key] = ref_metric.to_dict()
+        ours = m.get(key, {}).get("value")
+        m[f"{phase}_reference_ratio"] = (
+            Metric(ours / ref_metric.value, "ratio", Source.HARNESS_CLOCK,
+                   detail={"method": f"{key} median / {ref_key} median"}).to_dict()
+            if isinstance(ours, int | float) and isinstance(ref_metric.value, int | float)
+            else Metric.unavailable("ratio", f"no {key} figure in this cell").to_dict()
+        )  # fmt: skip
+    if data is not None:
+        rec["evidence"]["reference_tool"] = data.get("evidence", {})
+
+
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes() if path.is_file() else b"").hexdigest()
 
@@ -267,7 +298,6 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
     if rec.get("verdict_reason"):
         figs += f"  [{rec['verdict_reason'][:160]}]"
     tag = cell.key.rsplit("|", 1)[-1]
-    head = (
-        f"[{i}/{n}] {cell.runtime} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
-    )
+    where = cell.key.split("|", 1)[0]  # runtime, or runtime@target
+    head = f"[{i}/{n}] {where} x {cell.fixture.label} {tag}: {out['status']} {rec['verdict']}"
     return f"{head} ({rec['wall_s']:.1f} s){figs}"

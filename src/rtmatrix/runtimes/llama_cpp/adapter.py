@@ -8,9 +8,10 @@ with ``llama_log_set`` (``verbose=False`` would otherwise send load errors to /d
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
 from rtmatrix.runtimes.llama_cpp.stream import LlamaCppBackend, abort_prefill
@@ -29,6 +31,43 @@ _EVIDENCE_PATTERNS = re.compile(
     re.IGNORECASE,
 )
 _MAX_LOG_LINES = 5000
+
+
+#: what llama-cpp-python's ``Llama(...)`` does by default where llama.cpp's own tools differ
+BINDING_DEFAULTS = {
+    "flash_attn": "disabled: Llama(flash_attn=False) maps to LLAMA_FLASH_ATTN_TYPE_DISABLED; "
+    "llama.cpp's tools (llama-bench, llama-server, llama-cli) default to auto",
+}
+_FA_MODES = {"auto": "auto", "on": "on", "off": "off", True: "on", False: "off"}
+_CONTEXT_LINE = re.compile(r"^llama_context:\s+(\w+)\s+=\s+(\S.*?)\s*$")
+
+
+def flash_attn_mode(options: Mapping[str, Any]) -> str:
+    """The row's ``flash_attn`` option: ``auto`` (default, as llama.cpp's own tools), ``on``,
+    ``off``."""
+    value = options.get("flash_attn", "auto")
+    mode = _FA_MODES.get(value.lower() if isinstance(value, str) else value)
+    if mode is None:
+        msg = f"options.flash_attn {value!r}: valid: 'auto', 'on', 'off' (or true/false)"
+        raise ValueError(msg)
+    return mode
+
+
+@contextlib.contextmanager
+def _flash_attn_type(mode: str) -> Iterator[None]:
+    """``Llama(...)`` only takes a bool (on/disabled); for ``auto`` its DISABLED constant is
+    pointed at AUTO while the context is created (the log's ``flash_attn = auto`` confirms)."""
+    if mode != "auto":
+        yield
+        return
+    import llama_cpp.llama_cpp as inner
+
+    saved = inner.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    inner.LLAMA_FLASH_ATTN_TYPE_DISABLED = inner.LLAMA_FLASH_ATTN_TYPE_AUTO
+    try:
+        yield
+    finally:
+        inner.LLAMA_FLASH_ATTN_TYPE_DISABLED = saved
 
 
 def load_settings(model_path: Path, params: LoadParams) -> dict[str, Any]:
@@ -46,6 +85,7 @@ def load_settings(model_path: Path, params: LoadParams) -> dict[str, Any]:
         "n_threads_batch": params.threads,
         "n_gpu_layers": 0,
         "use_mmap": bool(params.options.get("use_mmap", True)),
+        "flash_attn": flash_attn_mode(params.options) == "on",
         "seed": 0,
         "verbose": False,
     }
@@ -68,6 +108,7 @@ class LlamaCppAdapter(Adapter):
         self._log_cb: Any = None
         self._abort_cb: Any = None
         self._settings: dict[str, Any] = {}
+        self._fa_mode = "auto"
         self._backend: LlamaCppBackend | None = None
 
     # -- runtime -------------------------------------------------------------------------------
@@ -99,13 +140,72 @@ class LlamaCppAdapter(Adapter):
             line, self._partial = self._partial.split("\n", 1)
             self._log.append((_LEVELS.get(level, str(level)), line))
 
+    # -- the runtime's own tools (ReferenceBenchmark; prepared once per run) ------------------
+    @classmethod
+    def prepare(cls, log: Callable[[str], None]) -> dict[str, Any]:
+        """Build (or find cached) llama-bench + llama-server from the installed binding's
+        sdist; a failure is recorded and the reference figures become ``unavailable``."""
+        from rtmatrix.runtimes.llama_cpp import reftool
+
+        log("llama_cpp: llama-bench/llama-server from the installed llama-cpp-python's sdist "
+            "(cached by version and options; a first build takes ~5 min on 2 cores)")  # fmt: skip
+        try:
+            build = reftool.build_tools(log=log)
+        except reftool.ToolUnavailable as exc:
+            return {"reference_tool": {"unavailable": exc.reason}}
+        return {"reference_tool": {"root": str(build.root), "built_now": build.built,
+                                   "version": build.tool_version()}}  # fmt: skip
+
+    @classmethod
+    def reference_benchmark(
+        cls, model_path: Path, params: JobParams, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """llama-bench on the cell's file with the settings this row loads the model with
+        (threads, n_batch, n_ubatch, flash attention, mmap), prompt and generation lengths."""
+        from rtmatrix.runtimes.llama_cpp import reftool
+
+        load = LoadParams(n_ctx=params.n_ctx, threads=params.threads, options=dict(options))
+        st = load_settings(model_path, load)
+        extra = [str(x) for x in options.get("reference_extra_args", [])]
+        # PP from an empty cache and TG after the prompt, as the harness measures them: one
+        # llama-bench run per phase (-n 0 / -p 0), with the row's own load settings
+        runs = {
+            "pp": (params.prompt_tokens, 0, 0),
+            "tg": (0, params.gen_tokens, params.prompt_tokens),
+        }
+        out: dict[str, Any] = {}
+        evidence: dict[str, Any] = {"tool": "llama-bench", "phases": {}, "commands": []}
+        try:
+            build = reftool.find_tools()
+            for phase, (n_prompt, n_gen, depth) in runs.items():
+                res = reftool.run_llama_bench(
+                    build, model_path, threads=params.threads, n_prompt=n_prompt, n_gen=n_gen,
+                    repetitions=params.repetitions, flash_attn=flash_attn_mode(options),
+                    n_batch=int(st["n_batch"]), n_ubatch=int(st["n_ubatch"]),
+                    use_mmap=bool(st["use_mmap"]), extra=["-d", str(depth), *extra],
+                    timeout_s=max(60.0, 30.0 * params.repetitions),
+                )  # fmt: skip
+                found = reftool.phase_at(res.phases, phase, depth)
+                ev = res.evidence()
+                evidence["commands"].append(ev["command"])
+                evidence |= {"tool_version": ev["tool_version"], "settings": ev["settings"]}
+                evidence["phases"][phase] = ev["phases"] | {"depth": depth}
+                if found is not None:
+                    out[f"{phase}_tps"] = list(found.samples_tps)
+        except reftool.ToolUnavailable as exc:
+            raise RuntimeUnavailable(exc.reason) from exc
+        evidence["command"] = " && ".join(evidence["commands"])
+        return out | {"evidence": evidence}
+
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
         """Options: ``use_mmap`` (default true; false reads the weights into anonymous memory,
         as a device without a page cache to lean on would)."""
         self._settings = load_settings(model_path, params)
+        self._fa_mode = flash_attn_mode(params.options)
         try:
-            self._llm = self._lib.Llama(**self._settings)
+            with _flash_attn_type(self._fa_mode):
+                self._llm = self._lib.Llama(**self._settings)
         except (ValueError, RuntimeError) as exc:
             # the binding's message is generic; llama.cpp's own error lines say what was wrong
             errors = [text.strip() for lvl, text in self._log if lvl == "error"][-3:]
@@ -338,6 +438,7 @@ class LlamaCppAdapter(Adapter):
             if m:
                 placement[m.group(1).rstrip(",")] = placement.get(m.group(1).rstrip(","), 0) + 1
         return {
+            "settings": self._settings_evidence(),
             "debug_facilities": self._debug_facilities(),
             "system_info": lib.llama_print_system_info().decode(errors="replace").strip(),
             "gpu_offload_supported": bool(lib.llama_supports_gpu_offload()),
@@ -347,6 +448,25 @@ class LlamaCppAdapter(Adapter):
             "log_excerpt": [ln for ln in lines if _EVIDENCE_PATTERNS.search(ln)][:80],
             "log_tail": lines[-40:],
             "warnings": [f"[{lvl}] {t}" for lvl, t in self._log if lvl in ("warn", "error")][:40],
+        }
+
+    def _settings_evidence(self) -> dict[str, Any]:
+        """What was asked for, what llama.cpp says it used (its context log), and where the
+        binding's defaults differ from llama.cpp's tools."""
+        effective: dict[str, str] = {}
+        for _, text in self._log:
+            m = _CONTEXT_LINE.match(text)
+            if m:
+                effective[m.group(1)] = m.group(2)
+            if "Flash Attention" in text and ("enabled" in text or "disabled" in text):
+                effective["flash_attn_resolved"] = "enabled" if "enabled" in text else "disabled"
+        requested = {k: v for k, v in self._settings.items() if k not in ("model_path", "verbose")}
+        return {
+            "requested": requested | {"flash_attn": self._fa_mode},
+            "effective": effective,
+            "repack": any("REPACK" in t and "buffer size" in t for _, t in self._log),
+            "threadpool": "OpenMP build: llama.cpp's poll setting does not apply",
+            "binding_defaults": BINDING_DEFAULTS,
         }
 
     def close(self) -> None:

@@ -1,0 +1,267 @@
+"""Measure the paired comparison's gate quality on this machine (a script, not a timed test).
+
+    .venv/bin/python benchmarks/compare_quality.py --quick          # smoke run, a few minutes
+    .venv/bin/python benchmarks/compare_quality.py                  # the figures: hours
+    .venv/bin/python benchmarks/compare_quality.py --a venv1/bin/python --b venv2/bin/python
+
+It runs ``rtmatrix compare`` (:func:`rtmatrix.runner.compare.run_comparison`) over and over on a
+llama.cpp matrix (``--model``, ``--dtypes``; one cell per dtype) and reports:
+
+(a) **A/A false alarms**: side A and side B are the same wheels (``--a``/``--b``: two venvs
+    with the same wheels, or by default this interpreter twice); a cell comparison is a false
+    alarm when any of its judged checks (the default four: PP, TG, peak RSS, package size) is a
+    regression. Goal: at most 1 % over at least 300 cell comparisons (``--aa-cells``).
+(b) **power**: side B is the same environment with llama.cpp's decode made slower by a busy
+    wait (``gate_quality_slow.SlowLlamaCppAdapter``, ``options.slowdown``) at each ``--levels``
+    fraction (default 3 %, 5 %, 10 %); a cell is detected when its ``tg_tps`` check is a
+    regression. Goals: at least 95 % at 10 %, 80 % at 5 % (``--slow-cells`` per level). The
+    measured median TG ratio of each level is printed too: the busy wait can slow a loaded
+    machine's decode by more than its nominal fraction.
+(c) **cost**: K (``--rounds``, default the comparison's own default, 24) and the wall time per
+    compared cell (goal at most 3 minutes).
+
+Conditions are interleaved (A/A, 3 %, 5 %, 10 %, A/A, ...) so that slow drift of the machine's
+load falls on all of them alike. Contended rounds are skipped by the comparison, as in use; the
+share of skipped rounds is printed (``--contention-threshold`` changes the matrix's threshold).
+``--json FILE`` keeps every cell's verdicts for a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtmatrix.matrix import parse_matrix
+from rtmatrix.results.comparison import Comparison
+from rtmatrix.results.paired import DEFAULT_ROUNDS, PairedVerdict
+from rtmatrix.runner.compare import Settings, SideSpec, run_comparison
+
+HERE = Path(__file__).resolve().parent
+SLOW = "gate_quality_slow:SlowLlamaCppAdapter"
+MATRIX = """\
+description = "compare quality"
+[run]
+repetitions = {reps}
+warmup = 1
+timeout_s = 120
+contention_threshold_cores = {threshold}
+[params]
+threads = {threads}
+n_ctx = 256
+prompt_tokens = {prompt}
+gen_tokens = {gen}
+[[runtimes]]
+name = "llama_cpp"
+[[fixtures]]
+model = "{model}"
+dtypes = [{dtypes}]
+"""
+AA = "A/A"
+
+
+@dataclass
+class Tally:
+    """Per condition: cell comparisons, their outcome, the TG ratios and the time spent."""
+
+    cells: int = 0
+    flagged: int = 0  # A/A: any regression; slowdown: tg_tps regression
+    checks: int = 0
+    regressions: int = 0
+    equivalent: int = 0
+    inconclusive: int = 0
+    not_judged: int = 0
+    rounds_used: int = 0
+    rounds_contended: int = 0
+    wall_s: float = 0.0
+    ratios: list[float] = field(default_factory=list)
+    ks: list[int] = field(default_factory=list)
+
+
+def _matrix(folder: Path, args: argparse.Namespace) -> Path:
+    text = MATRIX.format(
+        reps=args.reps,
+        threshold=args.contention_threshold,
+        threads=args.threads,
+        prompt=args.prompt_tokens,
+        gen=args.gen_tokens,
+        model=args.model,
+        dtypes=", ".join(f'"{d}"' for d in args.dtypes),
+    )
+    path = folder / "compare-quality.toml"
+    path.write_text(text, "utf-8")
+    return path
+
+
+def _tally(t: Tally, c: Comparison, condition: str, wall: float) -> list[dict[str, Any]]:
+    rows = []
+    by_cell: dict[str, list[Any]] = {}
+    for ch in c.paired.checks:
+        by_cell.setdefault(ch.cell, []).append(ch)
+    for cell in c.cells:
+        checks = by_cell.get(cell.key, [])
+        t.cells += 1
+        t.rounds_used += cell.used_rounds
+        t.rounds_contended += cell.contended_rounds
+        if not checks:
+            t.not_judged += 1
+        tg = next((ch for ch in checks if ch.metric == "tg_tps"), None)
+        if condition == AA:
+            hit = any(ch.verdict is PairedVerdict.REGRESSION for ch in checks)
+        else:
+            hit = tg is not None and tg.verdict is PairedVerdict.REGRESSION
+        t.flagged += hit
+        t.checks += len(checks)
+        t.regressions += sum(ch.verdict is PairedVerdict.REGRESSION for ch in checks)
+        t.equivalent += sum(ch.verdict is PairedVerdict.EQUIVALENT for ch in checks)
+        t.inconclusive += sum(ch.verdict is PairedVerdict.INCONCLUSIVE for ch in checks)
+        if tg is not None and tg.ratio is not None:
+            t.ratios.append(tg.ratio)
+        rows.append(
+            {
+                "condition": condition,
+                "cell": cell.key,
+                "flagged": hit,
+                "checks": {ch.metric: [str(ch.verdict), ch.ratio, ch.k] for ch in checks},
+            }
+        )
+    t.ks.append(int(c.settings["k"]))
+    t.wall_s += wall
+    return rows
+
+
+def _one(
+    args: argparse.Namespace, matrix_path: Path, condition: str, seed: int, results: Path
+) -> tuple[Comparison, float]:
+    a = SideSpec("a", args.a)
+    if condition == AA:
+        b = SideSpec("b", args.b)
+    else:
+        b = SideSpec("b", args.b, {"slowdown": float(condition.rstrip("%")) / 100}, SLOW)
+    settings = Settings(rounds=args.rounds, seed=seed)
+    t0 = time.monotonic()
+    matrix = parse_matrix(matrix_path.read_text("utf-8"), matrix_path)
+    c, _ = run_comparison(matrix, a, b, settings, results, progress=lambda _line: None)
+    return c, time.monotonic() - t0
+
+
+def _plan(args: argparse.Namespace, cells_per: int) -> list[str]:
+    """Interleaved conditions until each has its cell comparisons."""
+    need = {AA: math.ceil(args.aa_cells / cells_per)} | {
+        f"{lvl:g}%": math.ceil(args.slow_cells / cells_per) for lvl in args.levels
+    }
+    order: list[str] = []
+    while any(need.values()):
+        for cond in list(need):
+            if need[cond]:
+                order.append(cond)
+                need[cond] -= 1
+    return order
+
+
+def _report(tallies: dict[str, Tally], loads: Sequence[float]) -> None:
+    print("condition  cells  flagged   rate  equiv  inconcl  not-judged  TG ratio  K  s/cell")
+    for cond, t in tallies.items():
+        rate = t.flagged / t.cells if t.cells else math.nan
+        ratio = statistics.median(t.ratios) if t.ratios else math.nan
+        k = statistics.median(t.ks) if t.ks else math.nan
+        per = t.wall_s / t.cells if t.cells else math.nan
+        print(
+            f"{cond:9s} {t.cells:6d} {t.flagged:8d} {rate * 100:6.1f}% {t.equivalent:6d} "
+            f"{t.inconclusive:8d} {t.not_judged:11d} {ratio:9.3f} {k:3.0f} {per:7.1f}"
+        )
+    used = sum(t.rounds_used for t in tallies.values())
+    busy = sum(t.rounds_contended for t in tallies.values())
+    share = busy / (used + busy) if used + busy else math.nan
+    print(f"contended rounds skipped: {busy} of {used + busy} ({share * 100:.1f} %)")
+    aa = tallies.get(AA)
+    if aa and aa.cells:
+        print(
+            f"SUMMARY A/A false alarms {aa.flagged}/{aa.cells} "
+            f"({100 * aa.flagged / aa.cells:.2f} %, goal <= 1 %)"
+        )
+    for cond, t in tallies.items():
+        if cond != AA and t.cells:
+            print(
+                f"SUMMARY detection at {cond}: {t.flagged}/{t.cells} "
+                f"({100 * t.flagged / t.cells:.0f} %)"
+            )
+    if loads:
+        print(
+            f"machine: {os.cpu_count()} logical cores; 1-min load average "
+            f"{min(loads):.2f}..{max(loads):.2f} (median {statistics.median(loads):.2f})"
+        )
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--a", default=sys.executable, help="side A's python (default: this one)")
+    p.add_argument("--b", default=sys.executable, help="side B's python (same wheels as A)")
+    p.add_argument("--rounds", type=int, default=None, help=f"K (default {DEFAULT_ROUNDS})")
+    p.add_argument("--aa-cells", type=int, default=300, help="A/A cell comparisons")
+    p.add_argument("--slow-cells", type=int, default=100, help="cell comparisons per level")
+    p.add_argument("--levels", type=float, nargs="+", default=[3.0, 5.0, 10.0], help="percent")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--dtypes", nargs="+", default=["f32", "f16", "q8_0", "q4_0"])
+    p.add_argument("--reps", type=int, default=5, help="repetitions per process")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--gen-tokens", type=int, default=24)
+    p.add_argument("--prompt-tokens", type=int, default=16)
+    p.add_argument(
+        "--contention-threshold",
+        type=float,
+        default=0.25,
+        help="cores busy outside a cell above which its round is skipped (default: %(default)s)",
+    )
+    p.add_argument("--json", metavar="FILE", help="write every cell comparison here")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: K=3, one f32 cell, 2 cell comparisons per condition, no contention skip",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.quick:
+        args.rounds, args.dtypes, args.aa_cells, args.slow_cells = 3, ["f32"], 2, 1
+        args.levels, args.contention_threshold = [10.0], 1000.0
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p
+    )  # the workers import gate_quality_slow from here
+    order = _plan(args, len(args.dtypes))
+    tallies = {cond: Tally() for cond in dict.fromkeys(order)}
+    rows: list[dict[str, Any]] = []
+    loads: list[float] = []
+    t_start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="rtmatrix-compare-quality-") as tmp:
+        matrix_path = _matrix(Path(tmp), args)
+        for i, cond in enumerate(order):
+            c, wall = _one(args, matrix_path, cond, i, Path(tmp) / "results")
+            rows += _tally(tallies[cond], c, cond, wall)
+            loads.append(os.getloadavg()[0])
+            print(
+                f"[{i + 1}/{len(order)}] {cond}: exit {c.code} ({c.outcome.headline}) "
+                f"in {wall:.0f} s, load {loads[-1]:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    _report(tallies, loads)
+    print(f"total wall time {time.monotonic() - t_start:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1), "utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

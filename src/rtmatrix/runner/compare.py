@@ -1,0 +1,448 @@
+"""``rtmatrix compare``: two sides, K paired rounds of worker processes, one judged comparison.
+
+A **side** is an environment — a Python executable with rtmatrix and that side's runtime
+versions — optionally with its own runtime options (merged over every cell's options) or its own
+adapter (replacing every selected runtime row's adapter). So one design compares an upgrade
+(two venvs), a setting (``--b-option flash_attn=on``) or an injected slowdown in a test.
+
+Each **round** runs every cell once per side, the two worker processes in a seeded random order
+(AB or BA, drawn per round and cell from ``random.Random(seed)``). A cell that is not ``ok`` on a
+side in the first round is not repeated: there are no figures to compare, and its outcome is
+judged from that round. Before the first round each side's interpreter is probed (its installed
+distributions, rtmatrix and protocol version, the size and license of each runtime row's
+distribution — measured in that environment, not the parent's) and its adapters are described
+with that interpreter; fixtures are prepared once, so the first round's wall time is a fair
+estimate of the later ones.
+
+**K**: ``rounds`` if given, else ``DEFAULT_ROUNDS`` (24, from the seeded simulation in
+:mod:`rtmatrix.results.paired`: at 3 % between-process spread it finds a 10 % slowdown in every
+check and 5 % in 94 %, with 2 false alarms in 1 200 A/A cells). With ``budget_s`` the first round
+is timed and K = 1 + (budget − round 1) // (time of round 1's repeated cells), at least 2 (the
+fewest a paired test can use) and at most ``rounds`` when that is given too.
+
+Judging is :func:`rtmatrix.results.comparison.build`; each side's cells (its worst record per
+cell over the rounds) are also saved as an ordinary run file, so ``rtmatrix report`` and
+``rtmatrix diff`` read them as any run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rtmatrix.adapters.base import AdapterError, resolve_adapter
+from rtmatrix.fixtures import FixtureError, prepare_fixture
+from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.names import M
+from rtmatrix.protocol import PROTOCOL_VERSION
+from rtmatrix.results import save_run
+from rtmatrix.results.comparison import (
+    DEFAULT_METRICS,
+    Comparison,
+    RoundRecord,
+    build,
+    worst,
+)
+from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS, MIN_ROUNDS, Criterion
+from rtmatrix.runner import process
+from rtmatrix.runner.orchestrate import RunContext, plan_cells, run_cell
+from rtmatrix.runner.record import new_record
+
+Progress = Callable[[str], None]
+PROBE_TIMEOUT_S = 120
+SIDE_NAMES = ("a", "b")
+_PROBE = r"""
+import json, platform, sys
+from importlib import metadata
+out = {"python": platform.python_version(), "executable": sys.executable, "prefix": sys.prefix}
+dists = {}
+for d in metadata.distributions():
+    name = d.metadata["Name"]
+    if name:
+        dists.setdefault(name, d.version)
+out["distributions"] = dict(sorted(dists.items(), key=lambda kv: kv[0].lower()))
+try:
+    import rtmatrix
+    from rtmatrix.protocol import PROTOCOL_VERSION
+    from rtmatrix.metrics import package
+    out["rtmatrix"] = {"version": rtmatrix.__version__, "path": rtmatrix.__file__,
+                       "protocol": PROTOCOL_VERSION}
+    out["packages"] = {
+        dist: {"version": package.version(dist),
+               "package_size_bytes": package.package_size(dist).to_dict(),
+               "license": package.license_of(dist).to_dict()}
+        for dist in sys.argv[1:]
+    }
+except Exception as exc:
+    out["rtmatrix_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+class CompareError(ValueError):
+    """Input a comparison cannot use (a side's interpreter, adapter or options); exit 4."""
+
+
+@dataclass(frozen=True)
+class SideSpec:
+    """One side as the user gave it."""
+
+    name: str  # "a" (base) or "b" (candidate)
+    python: str
+    options: dict[str, Any] = field(default_factory=dict)
+    adapter: str | None = None
+    label: str = ""
+
+    def title(self) -> str:
+        return self.label or ("A (base)" if self.name == "a" else "B (candidate)")
+
+
+@dataclass(frozen=True)
+class Settings:
+    rounds: int | None = None  # fixed K; with budget_s, the most rounds
+    budget_s: float | None = None
+    alpha: float = DEFAULT_ALPHA
+    seed: int = 0
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    #: relative margin / min effect per metric; the key "" applies to every metric
+    margin: dict[str, float] = field(default_factory=dict)
+    min_effect: dict[str, float] = field(default_factory=dict)
+
+    def criteria(self) -> dict[str, Criterion]:
+        def pick(table: Mapping[str, float], metric: str) -> float | None:
+            return table.get(metric, table.get(""))
+
+        return {
+            m: Criterion.for_metric(m, pick(self.min_effect, m), pick(self.margin, m))
+            for m in self.metrics
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"metrics": list(self.metrics)}
+
+
+@dataclass
+class Side:
+    """A side made ready: its environment, its matrix rows, cells and run context."""
+
+    spec: SideSpec
+    environment: dict[str, Any]
+    matrix: Matrix
+    describe: dict[str, dict[str, Any]]
+    cells: dict[str, Cell]
+    ctx: RunContext
+    skipped: list[dict[str, str]]
+
+    def describe_dict(self) -> dict[str, Any]:
+        runtimes = {}
+        for rt in self.matrix.runtimes:
+            info = self.describe[rt.name]
+            runtimes[rt.name] = {
+                "adapter": rt.adapter,
+                "distribution": info.get("distribution"),
+                "version": self.ctx.record["runtimes"][rt.name]["version"],
+            } | ({"error": info["error"]} if "error" in info else {})
+        return {
+            "name": self.spec.name,
+            "label": self.spec.title(),
+            "python": self.spec.python,
+            "adapter": self.spec.adapter,
+            "options": self.spec.options,
+            "environment": self.environment,
+            "runtimes": runtimes,
+        }
+
+
+# --------------------------------------------------------------------------- environments
+
+
+def probe_environment(
+    python: str, distributions: Sequence[str] = (), cwd: Path | None = None
+) -> dict[str, Any]:
+    """What ``python`` has installed (importlib.metadata in that interpreter), its rtmatrix and
+    protocol version, and the version, size and license of ``distributions`` there."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", _PROBE, *distributions],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            cwd=cwd,
+            env=process.worker_env(),
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        msg = f"cannot run the side's python {python!r}: {exc}"
+        raise CompareError(msg) from None
+    try:
+        info: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        msg = f"{python}: probe failed (exit {proc.returncode}): {proc.stderr.strip()[-400:]}"
+        raise CompareError(msg) from None
+    return info
+
+
+def _check_rtmatrix(python: str, env: Mapping[str, Any]) -> None:
+    if "rtmatrix_error" in env:
+        msg = (
+            f"{python} cannot import rtmatrix ({env['rtmatrix_error']}); install it there: "
+            f"{python} -m pip install -e <rtmatrix checkout>"
+        )
+        raise CompareError(msg)
+    theirs = env["rtmatrix"]["protocol"]
+    if theirs != PROTOCOL_VERSION:
+        msg = (
+            f"{python} has rtmatrix {env['rtmatrix']['version']} speaking worker protocol "
+            f"{theirs}; this rtmatrix speaks {PROTOCOL_VERSION}: reinstall it from this checkout"
+        )
+        raise CompareError(msg)
+
+
+def _side_matrix(
+    matrix: Matrix, spec: SideSpec, only: Callable[[Cell], bool] | None = None
+) -> Matrix:
+    """The matrix as this side runs it: only the runtime rows with a selected cell, each with
+    the side's adapter and options."""
+    selected = {c.runtime for c in matrix.cells() if only is None or only(c)}
+    adapter = None
+    if spec.adapter:
+        try:
+            adapter = resolve_adapter(spec.adapter)
+        except AdapterError as exc:
+            msg = f"--{spec.name}-adapter: {exc}"
+            raise CompareError(msg) from None
+    rows = [
+        dataclasses.replace(rt, adapter=adapter or rt.adapter, options=rt.options | spec.options)
+        for rt in matrix.runtimes
+        if rt.name in selected
+    ]
+    if not rows:
+        msg = f"{matrix.path}: no cell selected (check --runtime and --cell)"
+        raise CompareError(msg)
+    return dataclasses.replace(matrix, runtimes=rows)
+
+
+def _package_fix(record: dict[str, Any], env: Mapping[str, Any], dist: str | None) -> None:
+    """Package size and license as measured in the side's environment (the parent measured its
+    own, which is the other side's or neither)."""
+    pkg = (env.get("packages") or {}).get(dist or "")
+    if pkg:
+        record["metrics"][M.PACKAGE_SIZE] = pkg["package_size_bytes"]
+        record["metrics"][M.LICENSE] = pkg["license"]
+
+
+def prepare_side(
+    spec: SideSpec,
+    matrix: Matrix,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+) -> Side:
+    if shutil.which(spec.python) is None:
+        msg = f"--{spec.name} {spec.python}: no such executable"
+        raise CompareError(msg)
+    side_matrix = _side_matrix(matrix, spec, only)
+    describe = {
+        rt.name: process.describe_adapter(rt.adapter, cwd, spec.python)
+        for rt in side_matrix.runtimes
+    }
+    dists = sorted({str(d["distribution"]) for d in describe.values() if d.get("distribution")})
+    env = probe_environment(spec.python, dists, cwd)
+    _check_rtmatrix(spec.python, env)
+    broken = [f"{n}: {d['error']}" for n, d in describe.items() if "error" in d]
+    if spec.adapter and broken:
+        msg = f"--{spec.name}-adapter {spec.adapter}: " + "; ".join(broken)
+        raise CompareError(msg)
+    planned, skipped = plan_cells(side_matrix, describe, only)
+    cells = {c.key: dataclasses.replace(c, options=c.options | spec.options) for c in planned}
+    record = new_record(side_matrix, describe)
+    for entry in record["runtimes"].values():
+        dist = entry.get("distribution")
+        entry["version"] = (
+            (env.get("packages", {}).get(dist) or {}).get("version") if dist else None
+        )
+        entry["python"] = spec.python
+    record["skipped"] = skipped
+    ctx = RunContext(side_matrix, record, describe, cwd, python=spec.python)
+    return Side(spec, env, side_matrix, describe, cells, ctx, skipped)
+
+
+# --------------------------------------------------------------------------- rounds
+
+
+def _warm_fixtures(cells: Sequence[Cell], describe: Mapping[str, Mapping[str, Any]]) -> None:
+    """Build (or find cached) every cell's fixture before round 1; a failure is left for the
+    cell itself to record."""
+    for cell in cells:
+        container = describe[cell.runtime].get("container")
+        if not container:
+            continue
+        fx = cell.fixture
+        try:
+            prepare_fixture(fx.name, fx.model, fx.dtype, fx.path, str(container), fx.variant)
+        except (FixtureError, ValueError, OSError):
+            continue
+
+
+def _label(value: Any) -> str:
+    return f"{value:.0f}" if isinstance(value, int | float) else "-"
+
+
+def _progress_line(rnd: int, k: str, key: str, order: str, recs: Mapping[str, Any]) -> str:
+    def one(side: str) -> str:
+        r = recs[side]
+        busy = " contended" if r.get("contended") else ""
+        tg = _label((r["metrics"].get(M.TG_TPS) or {}).get("value"))
+        return f"{side.upper()} {r['outcome']['status']} TG {tg}{busy}"
+
+    return f"[round {rnd}/{k}] {key} ({order.upper()}): {one('a')} · {one('b')}"
+
+
+@dataclass
+class Rounds:
+    """The rounds as they run: records, the order generator, and how K was chosen."""
+
+    sides: dict[str, Side]
+    keys: list[str]
+    settings: Settings
+    progress: Progress
+    records: list[RoundRecord] = field(default_factory=list)
+    k: int = DEFAULT_ROUNDS
+    k_how: str = ""
+    round_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.settings.seed)
+
+    def run_round(self, rnd: int, keys: Sequence[str]) -> float:
+        """One round over ``keys``; returns the wall time of the cells that will be repeated."""
+        t_round, repeated = time.monotonic(), 0.0
+        for key in keys:
+            t0 = time.monotonic()
+            order = "ab" if self.rng.random() < 0.5 else "ba"
+            recs: dict[str, dict[str, Any]] = {}
+            for pos, name in enumerate(order):
+                side = self.sides[name]
+                rec = run_cell(side.ctx, side.cells[key])
+                _package_fix(
+                    rec, side.environment, side.describe[rec["runtime"]].get("distribution")
+                )
+                side.ctx.record["cells"].append(rec)  # (unique memory-cgroup names; saved apart)
+                recs[name] = rec
+                self.records.append(RoundRecord(key, rnd, name, pos, rec))
+            self.progress(_progress_line(rnd, str(self.k or "?"), key, order, recs))
+            if all(r["outcome"]["status"] == "ok" for r in recs.values()):
+                repeated += time.monotonic() - t0
+        self.round_s.append(time.monotonic() - t_round)
+        return repeated
+
+    def repeated_keys(self) -> list[str]:
+        first = {(r.key, r.side): r.record for r in self.records if r.round == 1}
+        return [
+            k for k in self.keys if all(first[(k, s)]["outcome"]["status"] == "ok" for s in "ab")
+        ]
+
+
+def choose_k(settings: Settings, first_s: float, repeat_s: float) -> tuple[int, str]:
+    """K and how it was chosen, from the settings and round 1's times."""
+    if settings.budget_s is None:
+        if settings.rounds is None:
+            return DEFAULT_ROUNDS, f"default K = {DEFAULT_ROUNDS}"
+        return settings.rounds, f"K = {settings.rounds} (--rounds)"
+    if repeat_s <= 0:
+        return 1, "nothing to repeat: no cell ended ok on both sides in round 1"
+    fits = 1 + math.floor(max(0.0, settings.budget_s - first_s) / repeat_s)
+    k = max(MIN_ROUNDS, fits)
+    if settings.rounds is not None:
+        k = min(k, max(settings.rounds, 1))
+    why = (
+        f"K = {k} from --budget-s {settings.budget_s:g}: round 1 took {first_s:.1f} s, "
+        f"{repeat_s:.1f} s of it in cells that repeat"
+    )
+    if fits < MIN_ROUNDS <= k:
+        why += f" (the budget fits {fits}; a paired test needs {MIN_ROUNDS})"
+    if settings.rounds is not None and k == settings.rounds and fits > k:
+        why += f" (capped by --rounds {settings.rounds})"
+    return k, why
+
+
+def _shared_keys(sides: Mapping[str, Side], progress: Progress) -> list[str]:
+    a, b = sides["a"], sides["b"]
+    for side, other in ((a, b), (b, a)):
+        for key in side.cells.keys() - other.cells.keys():
+            progress(f"rtmatrix compare: {key} planned on side {side.spec.name.upper()} only")
+    return [k for k in a.cells if k in b.cells]
+
+
+def _save_side(side: Side, records: Sequence[RoundRecord], results_dir: Path) -> Path:
+    rec = side.ctx.record
+    mine: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r.side == side.spec.name:
+            mine.setdefault(r.key, []).append(r.record)
+    rec["cells"] = [worst(recs) for recs in mine.values()]
+    rec["matrix"]["n_cells"] = len(rec["cells"])
+    rec["comparison_side"] = side.spec.name
+    rec["status"] = "complete"
+    rec["finished_utc"] = datetime.now(UTC).isoformat()
+    path = results_dir / f"{rec['run_id']}-{side.spec.name}.json"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    save_run(rec, path)
+    return path
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run_comparison(
+    matrix: Matrix,
+    a: SideSpec,
+    b: SideSpec,
+    settings: Settings,
+    results_dir: Path,
+    progress: Progress = _stderr,
+    cwd: Path | None = None,
+    only: Callable[[Cell], bool] | None = None,
+) -> tuple[Comparison, dict[str, Path]]:
+    """Run the comparison; returns it and the two sides' run files."""
+    sides = {s.name: prepare_side(s, matrix, cwd, only) for s in (a, b)}
+    keys = _shared_keys(sides, progress)
+    for side in sides.values():
+        _warm_fixtures([side.cells[k] for k in keys], side.describe)
+    rounds = Rounds(sides, keys, settings, progress)
+    rounds.k = (settings.rounds or DEFAULT_ROUNDS) if settings.budget_s is None else 0
+    progress(f"rtmatrix compare: {len(keys)} cell(s), A = {a.python}, B = {b.python}")
+    repeat_s = rounds.run_round(1, keys)
+    rounds.k, rounds.k_how = choose_k(settings, rounds.round_s[0], repeat_s)
+    progress(f"rtmatrix compare: {rounds.k_how}")
+    again = rounds.repeated_keys()
+    for rnd in range(2, rounds.k + 1):
+        rounds.run_round(rnd, again)
+    paths = {name: _save_side(side, rounds.records, results_dir) for name, side in sides.items()}
+    recorded = settings.to_dict() | {
+        "k": rounds.k,
+        "k_how": rounds.k_how,
+        "matrix": str(matrix.path),
+        "round_s": rounds.round_s,
+        "runs": {name: str(p) for name, p in paths.items()},
+    }
+    comparison = build(
+        rounds.records,
+        {name: side.describe_dict() for name, side in sides.items()},
+        recorded,
+        settings.metrics,
+        settings.criteria(),
+        settings.alpha,
+    )
+    return comparison, paths

@@ -1,0 +1,64 @@
+"""The fleet job and reply: plain JSON, a cell that survives the trip, versions checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rtmatrix.fleet.payload import (
+    CellJob,
+    CellReply,
+    cell_from_json,
+    cell_to_json,
+    version_mismatch,
+)
+from rtmatrix.matrix import parse_matrix
+from rtmatrix.protocol import PROTOCOL_VERSION, ProtocolError
+
+TEXT = """
+[[targets]]
+label = "lab"
+[[runtimes]]
+name = "numpy"
+adapter = "tests.helpers.adapters:NumpyAdapter"
+expect = "error"
+expect_kind = "bad-file"
+verdicts = { crash = "PASS" }
+options = { x = 1 }
+[[fixtures]]
+model = "tiny"
+variant = "truncated"
+params = { n_ctx = [64, 128] }
+run = { timeout_s = 5 }
+[[fixtures]]
+name = "mine"
+path = "models/mine.gguf"
+"""
+
+
+def test_every_cell_survives_a_json_round_trip() -> None:
+    cells = parse_matrix(TEXT, Path("/m/m.toml")).cells()
+    assert len(cells) == 3
+    for cell in cells:
+        back = cell_from_json(json.loads(json.dumps(cell_to_json(cell))))
+        assert back == cell and back.key == cell.key
+
+
+def test_job_and_reply_are_versioned_json() -> None:
+    cell = parse_matrix(TEXT, Path("/m/m.toml")).cells()[0]
+    job = CellJob(cell=cell_to_json(cell), target={"label": "lab", "os": None, "arch": None})
+    data = json.loads(json.dumps(job.to_dict()))
+    assert data["protocol"] == PROTOCOL_VERSION and CellJob.from_dict(data) == job
+    assert version_mismatch(data, "the job") is None
+    with pytest.raises(ProtocolError, match="unknown key"):
+        CellReply.from_dict({"host": {}, "extra": 1})
+
+
+def test_a_mismatch_names_both_versions() -> None:
+    why = version_mismatch({"protocol": 7, "rtmatrix_version": "9.0"}, "the host h")
+    assert why is not None
+    assert why.startswith("the host h speaks protocol 7 (rtmatrix 9.0), this rtmatrix 1")
+    why = version_mismatch({"protocol": PROTOCOL_VERSION, "schema_version": 2}, "the job")
+    assert why is not None and "schema_version 2" in why
