@@ -584,7 +584,6 @@ def partition_run() -> dict[str, Any]:
 # What `rtmatrix run` records now (contended, host_busy_cores, leaked_processes, verdict_reason,
 # expect_kind, error_kind) and soon (reference-tool figures and ratios for llama.cpp cells).
 
-REFERENCE_SOURCE = "reference-tool"  # issue 14: not in the schema's source enum yet
 HISTORY_MATRIX = "matrix/default.toml"
 FIVE_ROWS = {
     # name: (distribution, versions per run, container, PP speed, noise as a fraction)
@@ -654,16 +653,16 @@ def _reference(cell: dict[str, Any]) -> None:
         m[f"{key}_tps_reference"] = {
             "value": ref,
             "unit": "tokens/s",
-            "source": REFERENCE_SOURCE,
+            "source": "reference-tool",
             "tool": "llama-bench",
-            "version": "b6000",
+            "tool_version": "b6000",
             "command": f"llama-bench -m model.gguf -t 2 -p 128 -n 64 -fa 0 -o json ({XSS})",
         }
-        m[f"{key}_reference_ratio"] = {
+        m[f"{key}_reference_ratio"] = {  # as runner.record.reference_metrics writes it
             "value": own / ref,
             "unit": "ratio",
-            "source": REFERENCE_SOURCE,
-            "method": f"{key}_tps / {key}_tps_reference",
+            "source": "harness-clock",
+            "method": f"{key}_tps median / {key}_tps_reference median",
         }
 
 
@@ -749,13 +748,3 @@ def history_run(run: int) -> dict[str, Any]:
 
 def history_runs() -> list[dict[str, Any]]:
     return [history_run(i) for i in range(3)]
-
-
-def schema_valid(run: dict[str, Any]) -> dict[str, Any]:
-    """``run`` without reference-tool figures, which the schema does not know yet (issue 14)."""
-    out = copy.deepcopy(run)
-    for cell in out["cells"]:
-        cell["metrics"] = {
-            k: m for k, m in cell["metrics"].items() if m.get("source") != REFERENCE_SOURCE
-        }
-    return out

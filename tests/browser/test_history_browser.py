@@ -11,7 +11,7 @@ import pytest
 
 from rtmatrix.report import render_report
 from rtmatrix.results import validate_run
-from tests.browser.runs import LEAKED_PID, history_run, history_runs, sample_run, schema_valid
+from tests.browser.runs import LEAKED_PID, history_run, history_runs, sample_run
 from tests.browser.test_report_browser import Page, _take_alerts
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ WIDTH = 1400
 
 def _open(browser: WebDriver, runs: list[dict[str, Any]], folder: Path) -> Page:
     for run in runs:
-        validate_run(schema_valid(run))  # reference-tool figures: issue 14 adds the source
+        validate_run(run)
     index = render_report(runs, folder)
     browser.set_window_size(WIDTH, 1000)
     browser.get(index.as_uri())

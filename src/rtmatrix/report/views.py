@@ -418,7 +418,7 @@ def ratio_value(cell: dict[str, Any], key: str, ref_key: str, own_key: str, note
     hover = [f"rtmatrix ÷ {reference_tool(cell)}"]
     if ref.get("value") is not None and own.get("value") is not None:
         hover.append(f"{own_key} {fmt_value(own)} ÷ {ref_key} {fmt_value(ref)}")
-    hover += [f"{k}: {ref[k]}" for k in ("tool", "version", "command") if ref.get(k)]
+    hover += [f"{k}: {ref[k]}" for k in ("tool", "tool_version", "command") if ref.get(k)]
     badge = cell_badge(cell, metric)
     return replace(
         value,
