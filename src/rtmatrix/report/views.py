@@ -318,8 +318,8 @@ def metric_value(metric: dict[str, Any] | None, notes: Notes, name: str = "") ->
 # --- figures of a cell: contention, rank, spread -------------------------------------------
 
 #: rtmatrix ÷ the reference tool per llama.cpp cell (issue 14); not in ``names.M`` yet
-PP_REFERENCE_RATIO = "pp_reference_ratio"
-TG_REFERENCE_RATIO = "tg_reference_ratio"
+PP_REFERENCE_RATIO = M.PP_REFERENCE_RATIO
+TG_REFERENCE_RATIO = M.TG_REFERENCE_RATIO
 #: figures that do not depend on how busy the host was (read from the package's metadata)
 LOAD_FREE = {Source.PACKAGE_METADATA}
 

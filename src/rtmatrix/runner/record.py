@@ -220,13 +220,13 @@ def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
         if not samples:
             reason = why if data is None else f"the tool reported no {phase} test"
             m[ref_key] = Metric.unavailable("tokens/s", reason).to_dict()
-            m[f"{phase}_reference_ratio"] = Metric.unavailable("ratio", reason).to_dict()
+            m[ratio_key] = Metric.unavailable("ratio", reason).to_dict()
             continue
         ref_metric = Metric.measured(samples, "tokens/s", Source.REFERENCE_TOOL,
                                      **(data or {}).get("evidence", {}))  # fmt: skip
         m[ref_key] = ref_metric.to_dict()
         ours = m.get(key, {}).get("value")
-        m[f"{phase}_reference_ratio"] = (
+        m[ratio_key] = (
             Metric(ours / ref_metric.value, "ratio", Source.HARNESS_CLOCK,
                    detail={"method": f"{key} median / {ref_key} median"}).to_dict()
             if isinstance(ours, int | float) and isinstance(ref_metric.value, int | float)
