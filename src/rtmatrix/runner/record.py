@@ -212,9 +212,9 @@ def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
     data = ref.reference if ref.status == "ok" else None
     why = ref.message or "the reference tool reported nothing"
     m = rec["metrics"]
-    for phase, key, ref_key in (
-        ("pp", M.PP_TPS, M.PP_TPS_REFERENCE),
-        ("tg", M.TG_TPS, M.TG_TPS_REFERENCE),
+    for phase, key, ref_key, ratio_key in (
+        ("pp", M.PP_TPS, M.PP_TPS_REFERENCE, M.PP_REFERENCE_RATIO),
+        ("tg", M.TG_TPS, M.TG_TPS_REFERENCE, M.TG_REFERENCE_RATIO),
     ):
         samples = (data or {}).get(f"{phase}_tps") or []
         if not samples:
