@@ -70,6 +70,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_NOT_OK if (failed and args.strict) else EXIT_OK
 
 
+def _report_runs(paths: list[str]) -> list[dict[str, Any]]:
+    """Run records from files and folders: a folder gives every ``*.json`` in it that is a run
+    record (others, such as a diff or a baseline kept beside them, are skipped, saying so)."""
+    from rtmatrix.results import ResultError, load_run
+
+    runs = []
+    for given in map(Path, paths):
+        if not given.is_dir():
+            runs.append(load_run(given))
+            continue
+        for path in sorted(given.glob("*.json")):
+            try:
+                runs.append(load_run(path))
+            except ResultError as exc:
+                print(f"rtmatrix: skipped {path}: {exc}", file=sys.stderr)
+    if not runs:
+        msg = f"no run records in {', '.join(paths)}"
+        raise ResultError(msg)
+    return runs
+
+
 def _run(
     args: argparse.Namespace,
     matrix: Matrix,
@@ -105,7 +126,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from rtmatrix.report import render_report
     from rtmatrix.results import load_run
 
-    runs = [load_run(Path(p)) for p in args.runs]
+    runs = _report_runs(args.runs)
     baseline = load_run(Path(args.baseline)) if args.baseline else None
     print(f"rtmatrix: wrote {render_report(runs, Path(args.output), baseline=baseline)}")
     return EXIT_OK
@@ -578,7 +599,11 @@ def build_parser() -> argparse.ArgumentParser:
     mrg.set_defaults(func=_cmd_merge)
 
     rep = sub.add_parser("report", help="render result files as HTML")
-    rep.add_argument("runs", nargs="+", help="result JSON files")
+    rep.add_argument(
+        "runs",
+        nargs="+",
+        help="result JSON files or folders of them; several runs of one matrix add its history",
+    )
     rep.add_argument("-o", "--output", default="reports", help="folder (default: %(default)s)")
     rep.add_argument(
         "--baseline",

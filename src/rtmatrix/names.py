@@ -51,6 +51,8 @@ class M(StrEnum):
     TG_TPS = "tg_tps"
     TG_TPS_COUNTER = "tg_tps_counter"
     PP_TPS_REFERENCE = "pp_tps_reference"
+    PP_REFERENCE_RATIO = "pp_reference_ratio"
+    TG_REFERENCE_RATIO = "tg_reference_ratio"
     TG_TPS_REFERENCE = "tg_tps_reference"
     TTFT = "ttft_s"
     TPOT = "tpot_s"

@@ -194,6 +194,7 @@ def sample_run() -> dict[str, Any]:
     run = golden()
     base = run["cells"][0]
     run["run_id"] = "20261201T000000Z-sample"
+    run["created_utc"] = "2026-12-01T00:00:00+00:00"
     run["runtimes"]["fakert"] = {
         "adapter": "tests.helpers.adapters:Fake",
         "distribution": "fakert",
@@ -217,6 +218,7 @@ def upgraded_run() -> dict[str, Any]:
     """The sample matrix on llama_cpp 0.3.40: slower TG on q8_0, a new failure on q4_0."""
     run = sample_run()
     run["run_id"] = "20261202T000000Z-upgrade"
+    run["created_utc"] = "2026-12-02T00:00:00+00:00"
     run["runtimes"]["llama_cpp"]["version"] = "0.3.40"
     for cell in run["cells"]:
         if cell["key"].startswith("llama_cpp|tiny/q8_0"):
@@ -576,3 +578,173 @@ def partition_run() -> dict[str, Any]:
     ]
     run["matrix"]["n_cells"] = len(run["cells"])
     return run
+
+
+# --- history: several runs of one matrix with five runtime rows ----------------------------
+# What `rtmatrix run` records now (contended, host_busy_cores, leaked_processes, verdict_reason,
+# expect_kind, error_kind) and soon (reference-tool figures and ratios for llama.cpp cells).
+
+HISTORY_MATRIX = "matrix/default.toml"
+FIVE_ROWS = {
+    # name: (distribution, versions per run, container, PP speed, noise as a fraction)
+    "llama_cpp": ("llama-cpp-python", ("0.3.36", "0.3.36", "0.3.40"), "gguf", 1.0, 0.01),
+    "onnxruntime": ("onnxruntime", ("1.22.0",) * 3, "onnx", 0.8, 0.01),
+    "onnxruntime_genai": ("onnxruntime-genai", ("0.8.0",) * 3, "onnx", 0.99, 0.01),
+    "tvm_aot": ("apache-tvm", ("0.27.0",) * 3, "tvm", 0.6, 0.08),
+    "tvm_jit": ("apache-tvm", ("0.27.0",) * 3, "tvm", 0.585, 0.01),
+}
+CONTENDED_CORES = 1.4
+LEAKED_PID = 4242
+
+
+def _noisy(metric: dict[str, Any], median: float, cv: float, seed: int, n: int = 5) -> None:
+    """Give ``metric`` ``n`` samples around ``median`` with coefficient of variation ``cv``."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    samples = [float(x) for x in median * (1.0 + cv * rng.standard_normal(n))]
+    metric["samples"] = samples
+    arr = np.asarray(samples)
+    metric["value"] = float(np.median(arr))
+    metric["stats"] = {
+        "n": n,
+        "mean": float(arr.mean()),
+        "sd": float(arr.std(ddof=1)),
+        "median": float(np.median(arr)),
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+    }
+
+
+def _busy(cell: dict[str, Any], cores: float) -> None:
+    contended = cores > 0.25
+    cell["contended"] = contended
+    cell["metrics"]["host_busy_cores"] = {
+        "value": cores,
+        "unit": "cores",
+        "source": "os-accounting",
+        "method": "system-wide CPU time minus the cell's tree and rtmatrix's parent, per second",
+        "contended": contended,
+        "threshold_cores": 0.25,
+        "steal_cores": 0.0,
+    }
+    cell["metrics"]["host_steal_cores"] = {"value": 0.0, "unit": "cores", "source": "os-accounting"}
+    cell["evidence"]["leaked_processes"] = []
+    cell["evidence"]["process_tracking"] = {
+        "nets": ["process-group", "env-marker"],
+        "seen": 2,
+        "cgroup_unavailable": "no writable cgroup v2 hierarchy",
+    }
+
+
+def _figures(cell: dict[str, Any], speed: float, cv: float, seed: int) -> None:
+    m = cell["metrics"]
+    _noisy(m["pp_tps"], 3000.0 * speed, cv, seed)
+    _noisy(m["tg_tps"], 800.0 * speed, cv, seed + 1)
+    _noisy(m["ttft_s"], 0.005 / speed, cv, seed + 2)
+    _noisy(m["tpot_s"], 0.00125 / speed, cv, seed + 3)
+
+
+def _reference(cell: dict[str, Any]) -> None:
+    """llama-bench's figures for the cell and rtmatrix ÷ llama-bench (issue 14)."""
+    m = cell["metrics"]
+    for key, own in (("pp", m["pp_tps"]["value"]), ("tg", m["tg_tps"]["value"])):
+        ref = own / (0.86 if key == "pp" else 0.80)
+        m[f"{key}_tps_reference"] = {
+            "value": ref,
+            "unit": "tokens/s",
+            "source": "reference-tool",
+            "tool": "llama-bench",
+            "tool_version": "b6000",
+            "command": f"llama-bench -m model.gguf -t 2 -p 128 -n 64 -fa 0 -o json ({XSS})",
+        }
+        m[f"{key}_reference_ratio"] = {  # as runner.record.reference_metrics writes it
+            "value": own / ref,
+            "unit": "ratio",
+            "source": "harness-clock",
+            "method": f"{key}_tps median / {key}_tps_reference median",
+        }
+
+
+def _history_cells(base: dict[str, Any], run: int) -> list[dict[str, Any]]:
+    cells = []
+    for ri, (name, (_, _, container, speed, cv)) in enumerate(FIVE_ROWS.items()):
+        cell = _cell(base, name, "f32", speed=speed)
+        cell["fixture"]["container"] = container
+        _busy(cell, 0.05)
+        _figures(cell, speed, cv, seed=100 * run + 10 * ri)
+        cells.append(cell)
+    return cells
+
+
+def _llama_extras(base: dict[str, Any], run: int) -> list[dict[str, Any]]:
+    q8 = _cell(base, "llama_cpp", "q8_0", speed=1.4, memory=0.6)
+    _busy(q8, 0.05)
+    _figures(q8, 1.4, 0.01, seed=100 * run + 7)
+    if run == 2:  # the newer llama.cpp decodes q8_0 30 % slower
+        _noisy(q8["metrics"]["tg_tps"], 800.0 * 1.4 * 0.7, 0.01, seed=100 * run + 8)
+    bad = _cell(base, "llama_cpp", "f32", variant="truncated")
+    bad["expect"] = "error"
+    bad["expect_kind"] = ["bad-file"]
+    _failed(bad, "error", "gguf_init_from_file: failed to read tensor info", "PASS")
+    bad["outcome"]["error_kind"] = "bad-file"
+    _busy(bad, 0.05)
+    if run == 2:  # fails for another reason now: WARN, and the reason says why
+        msg = "llama_model_load: unexpected end of file"
+        bad["outcome"] |= {"message": msg, "error_kind": "unclassified"}
+        bad["verdict"] = "WARN"
+        bad["verdict_reason"] = (
+            "failed, but not for the expected reason: expected bad-file, got unclassified: " + msg
+        )
+    return [q8, bad]
+
+
+def _newest(cells: list[dict[str, Any]]) -> None:
+    """The newest run: references for llama.cpp, onnxruntime contended, tvm_jit leaked."""
+    for cell in cells:
+        if cell["runtime"] == "llama_cpp" and cell["expect"] == "ok":
+            _reference(cell)
+        if cell["runtime"] == "onnxruntime":
+            _busy(cell, CONTENDED_CORES)
+            _figures(cell, 0.8 * 0.5, 0.05, seed=999)  # half speed while the host was busy
+        if cell["runtime"] == "tvm_jit":
+            cell["evidence"]["leaked_processes"] = [
+                {
+                    "pid": LEAKED_PID,
+                    "cmdline": ["python", "-c", "import time; time.sleep(600)", XSS],
+                    "create_time": 1.7e9,
+                    "found_at": "cell-end",
+                    "found_by": "env-marker",
+                    "killed": True,
+                }
+            ]
+            cell["verdict"] = "WARN"
+            cell["verdict_reason"] = f"1 process(es) outlived the cell: {LEAKED_PID}"
+
+
+def history_run(run: int) -> dict[str, Any]:
+    """Run ``run`` (0, 1, 2) of one matrix on five runtime rows; llama.cpp 0.3.40 in run 2."""
+    rec = golden()
+    base = rec["cells"][0]
+    rec["run_id"] = f"2026120{1 + 4 * run}T000000Z-history{run}"
+    rec["created_utc"] = f"2026-12-0{1 + 4 * run}T00:00:00+00:00"
+    rec["matrix"]["path"] = HISTORY_MATRIX
+    rec["runtimes"] = {
+        name: {
+            "adapter": f"rtmatrix.runtimes.{name}.adapter:Adapter",
+            "distribution": dist,
+            "version": versions[run],
+            "extra": name,
+            "container": container,
+        }
+        for name, (dist, versions, container, _, _) in FIVE_ROWS.items()
+    }
+    rec["cells"] = _history_cells(base, run) + _llama_extras(base, run)
+    if run == 2:
+        _newest(rec["cells"])
+    rec["matrix"]["n_cells"] = len(rec["cells"])
+    return rec
+
+
+def history_runs() -> list[dict[str, Any]]:
+    return [history_run(i) for i in range(3)]

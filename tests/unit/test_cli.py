@@ -43,6 +43,27 @@ def test_validate_and_report_golden(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.strip().endswith("schema.json")
 
 
+def test_report_over_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rtmatrix.results import save_run
+    from tests.browser.runs import history_runs
+
+    results = tmp_path / "results"
+    results.mkdir()
+    for run in history_runs():
+        save_run(run, results / f"{run['run_id']}.json")
+    (results / "diff.json").write_text('{"format": "rtmatrix-diff"}')
+    out = tmp_path / "reports"
+    assert main(["report", str(results), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped" in err and "diff.json" in err  # not a run record: said, not fatal
+    html = (out / "index.html").read_text("utf-8")
+    assert html.count('<article class="history"') == 5
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty), "-o", str(out)]) == 2
+    assert "no run records in" in capsys.readouterr().err
+
+
 def test_fixtures_list_and_build(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -8,15 +8,17 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rtmatrix.names import Scenario
-from rtmatrix.report import lifecycle, partitions, render_report
+from rtmatrix.report import history, lifecycle, partitions, ranking, render_report
 from rtmatrix.report.render import fmt_value, render_html
 from rtmatrix.report.views import (
     ROWS,
     SOURCES,
+    Column,
     Notes,
     Table,
     columns,
@@ -26,12 +28,22 @@ from rtmatrix.report.views import (
 )
 from tests.browser.runs import (
     UNAVAILABLE_POWER,
+    XSS,
     golden,
+    history_run,
+    history_runs,
     lifecycle_run,
     partition_run,
     sample_run,
     upgraded_run,
 )
+
+
+def _shown_cols(runs: list[dict[str, Any]]) -> list[Column]:
+    shown = history.shown_columns(columns(history.by_time(runs)))
+    history.attach(shown)
+    ranking.attach(shown)
+    return shown
 
 
 def _ids(html: str) -> Counter[str]:
@@ -154,12 +166,91 @@ def test_evidence_panels_show_manifest_placement_provenance() -> None:
     assert html.count('<details class="evidence"') == len(sample_run()["cells"])
 
 
-def test_two_runs_side_by_side() -> None:
+def test_two_runs_of_one_matrix_show_each_row_once_with_its_history() -> None:
     a, b = sample_run(), upgraded_run()
+    html = render_html([b, a])  # ordered by time, whatever the order given
+    matrix = _section(html, "selection")
+    assert matrix.count('<th scope="col" data-runtime="llama_cpp"') == 1
+    assert f"run {b['run_id']}" in matrix and "0.3.36 → 0.3.40" in matrix
+    assert len(columns([a, b])) == 6  # every run's columns still have evidence panels
+    assert html.count('<details class="evidence"') == len(a["cells"]) + len(b["cells"])
+    hist = _section(html, "history")
+    assert hist.count('<article class="history"') == 3  # every row has cells in both runs
+    assert 'data-mark="!"' in hist  # q4_0 fails in the newer run
+
+
+def test_runs_of_different_matrices_stay_side_by_side() -> None:
+    a, b = sample_run(), history_run(2)
     html = render_html([a, b])
-    assert html.count('data-runtime="llama_cpp"') == 2
-    assert f"run {b['run_id']}" in html
-    assert len(columns([a, b])) == 6
+    matrix = _section(html, "selection")
+    assert matrix.count('<th scope="col" data-runtime="llama_cpp"') == 2
+    assert 'id="history"' not in html  # one run of each matrix: no history
+
+
+def test_contended_figures_are_marked_and_picked_from_an_older_run() -> None:
+    runs = history_runs()
+    html = render_html(runs)
+    grid_ = _section(html, "fixtures")
+    assert grid_.count('data-contended="true"') == 1
+    assert "contended · 1.40 cores busy" in grid_
+    cols = _shown_cols(runs)
+    rows = {r.label: r.entries for r in selection(cols, Notes())}
+    ort = [c.runtime for c in cols].index("onnxruntime")
+    (item,) = rows["PP tok/s"][ort]
+    assert item.label == "tiny/f32 · older run (1.22.0)" and "ran this cell contended" in item.title
+    assert not any(b.css == "contended" for p in item.parts for b in p.value.badges)
+    alone = _shown_cols([runs[-1]])  # no older run: the figure is shown, marked, not ranked
+    rows = {r.label: r.entries for r in selection(alone, Notes())}
+    (item,) = rows["PP tok/s"][ort]
+    badges = [b.css for b in item.parts[0].value.badges]
+    assert badges[0] == "contended" and "best" not in badges and "behind" not in badges
+    ev = _section(render_html([runs[-1]]), "evidence")
+    marked = re.findall(r'class="mark contended"[^>]*>contended · 1.40', ev)
+    assert len(marked) >= 10  # every figure of the cell
+
+
+def test_selection_shows_ranks_spreads_and_reference_ratios() -> None:
+    cols = _shown_cols(history_runs())
+    rows = {r.label: r.entries for r in selection(cols, Notes())}
+    llama = rows["PP tok/s"][0]
+    names = [p.name for p in llama[0].parts]
+    assert names == ["PP", "PP ÷ llama-bench", "PP ctr", "PP ref"]
+    assert [p.detail for p in llama[0].parts] == [False, False, True, True]
+    pp = llama[0].parts[0].value
+    assert [b.css for b in pp.badges] == ["best", "cv"]
+    assert pp.badges[1].text.startswith("±") and "runs ±" in pp.badges[1].text
+    assert llama[0].parts[1].value.text == "0.86×"
+    genai = rows["TTFT / TPOT"][2][0].parts[0].value
+    assert "tie" in [b.css for b in genai.badges]
+    tvm = rows["PP tok/s"][3][0].parts[0].value
+    assert "swing" in [b.css for b in tvm.badges]
+    no_ref = [p.name for p in rows["PP tok/s"][4][0].parts]
+    assert no_ref == ["PP", "PP ctr"]  # no reference tool: nothing made up
+
+
+def test_fixture_grid_kinds_reasons_and_leaks() -> None:
+    grid_ = _section(render_html(history_runs()), "fixtures")
+    assert 'data-kind-ok="false"' in grid_
+    assert "kind: expected bad-file · observed unclassified" in grid_
+    assert "failed, but not for the expected reason" in grid_
+    assert 'data-leaked="1"' in grid_ and "⚠ 1 leaked process" in grid_
+    assert "PP ÷ llama-bench" in grid_ and "0.80×" in grid_
+
+
+def test_evidence_lists_leaked_processes_and_tracking_escaped() -> None:
+    ev = _section(render_html([history_run(2)]), "evidence")
+    assert '<table class="leaked">' in ev and "&lt;script&gt;alert(1)&lt;/script&gt;" in ev
+    assert XSS not in ev
+    assert "nets[0]" in ev or "nets" in ev
+    assert "verdict reason" in ev and "expected kind" in ev
+
+
+def test_rows_without_cells_are_left_out() -> None:
+    run = sample_run()
+    run["cells"] = [c for c in run["cells"] if c["runtime"] != "fakert"]
+    html = render_html([run])
+    assert 'data-runtime="fakert"' not in _section(html, "selection")
+    assert "Left out of the matrix: fakert" in html
 
 
 def test_format_values() -> None:
@@ -272,7 +363,7 @@ def test_lifecycle_section_html() -> None:
     by = {r.label: r.entries for r in selection(cols, Notes())}
     lc_items = [it.label for it in by["lifecycle"][0]]
     assert lc_items == ["stream", "cancel", "serve"]
-    pp = " ".join(it.label for it in by["PP / TG tok/s"][0])
+    pp = " ".join(it.label for it in by["PP tok/s"][0])
     assert "stream" not in pp and "cancel" not in pp
     assert " ".join(p.value.text for it in by["lifecycle"][1] for p in it.parts)
 
@@ -346,7 +437,7 @@ def test_partitions_section_html_and_selection() -> None:
     by = {r.label: r.entries for r in selection(cols, Notes())}
     assert any(it.label == "partitions" for it in by["placement / fallback"][0])
     # partition variants expect ok: they count as ordinary cells in the PP/TG row
-    assert "tiny-partition-every-layer" in " ".join(it.label for it in by["PP / TG tok/s"][0])
+    assert "tiny-partition-every-layer" in " ".join(it.label for it in by["PP tok/s"][0])
 
 
 def test_partitions_panel_survives_missing_and_odd_data() -> None:
@@ -380,6 +471,20 @@ def test_panels_keep_ids_unique_with_two_runs() -> None:
     assert not [i for i, n in _ids(html).items() if n > 1]
 
 
+def test_plots_mark_contended_cells() -> None:
+    from rtmatrix.report import plots
+
+    run = history_run(2)
+    cols = columns([run])
+    bars = plots.throughput_by_quant(cols).svg or ""
+    assert "<pattern" in bars and "contended" in plots.throughput_by_quant(cols).caption
+    quiet = copy.deepcopy(run)
+    for cell in quiet["cells"]:
+        cell["contended"] = False
+    assert "<pattern" not in (plots.throughput_by_quant(columns([quiet])).svg or "")
+    assert "onnxruntime 1.22.0 (contended) · tiny/f32" in (plots.cold_start_split(cols).svg or "")
+
+
 def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) -> None:
     from rtmatrix.fleet.merge import merge_runs
     from rtmatrix.results import save_run
@@ -396,3 +501,15 @@ def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) 
     chips = [" ".join(p.value.text for it in e for p in it.parts) for e in row.entries]
     assert "x86_64 · Ryzen 7" in chips[0] and "aarch64 · Cortex-A76" in chips[1]
     assert "aarch64 · Cortex-A76" in render_html([merge_runs(parts)])
+
+
+def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
+    from rtmatrix.report.upgrade import render_comparison
+    from tests.unit.test_upgrade import regression_doc, side_runs
+
+    html = render_comparison(regression_doc(), side_runs(), tmp_path).read_text("utf-8")
+    heads = re.findall(r'<th scope="col" data-runtime="([^"]+)"', _section(html, "selection"))
+    assert len(heads) == 2 * len(set(heads))  # each row once per side
+    assert 'id="history"' not in html  # the comparison section judges the two sides
+    plain = render_html(side_runs())
+    assert 'id="history"' in plain  # the same two runs, reported alone: a history

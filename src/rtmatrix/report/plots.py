@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 INSTALL_HINT = "pip install 'matplotlib>=3.8'"
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 PHASE_COLOURS = ("#88ccee", "#44aa99", "#ddcc77", "#cc6677")
+CONTENDED_COLOUR = "#c0392b"
 CLASS_COLOURS = {
     "!": "#c0392b",
     "-": "#e67e22",
@@ -125,7 +126,10 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     """PP and TG per runtime and quantization: bars from the harness clock, dots from counters."""
     title = "Prompt processing and token generation per runtime and quantization"
     base = common_params(c for col in cols for c in _normal_cells(col))
-    caption = "Bars: harness clock (median, whiskers min–max); dots: the runtime's own counters."
+    caption = (
+        "Bars: harness clock (median, whiskers min–max); dots: the runtime's own counters; "
+        "hatched red: the cell ran contended (the host was busy), not comparable."
+    )
     if base:
         caption += f" At {params_text(base)}."
     series: list[tuple[str, dict[str, dict[str, Any]]]] = []
@@ -147,6 +151,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     for ax, (key, label) in zip(axes, (("pp", "PP"), ("tg", "TG")), strict=True):
         for si, (name, cells) in enumerate(series):
             xs, ys, lo, hi, cx, cy = [], [], [], [], [], []
+            busy: list[bool] = []
             for ci, cat in enumerate(cats):
                 cell = cells.get(cat)
                 m = cell["metrics"].get(f"{key}_tps") if cell else None
@@ -157,6 +162,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                 stats = m.get("stats") or {}
                 xs.append(x)
                 ys.append(v)
+                busy.append(bool(cell and cell.get("contended")))
                 lo.append(max(0.0, v - float(stats.get("min", v))))
                 hi.append(max(0.0, float(stats.get("max", v)) - v))
                 counter = _value(cell["metrics"].get(f"{key}_tps_counter")) if cell else None
@@ -164,7 +170,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                     cx.append(x)
                     cy.append(counter)
             colour = PALETTE[si % len(PALETTE)]
-            ax.bar(
+            bars = ax.bar(
                 xs,
                 ys,
                 width * 0.92,
@@ -173,6 +179,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                 yerr=[lo, hi],
                 error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333"},
             )
+            _mark_contended(bars.patches, busy)
             if cx:
                 ax.plot(
                     cx,
@@ -198,6 +205,15 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     return Plot("pp-tg", title, caption, _svg(fig, "pp-tg", title))
 
 
+def _mark_contended(patches: Sequence[Any], busy: Sequence[bool]) -> None:
+    """Hatch and outline in red the bars of cells that ran contended (not comparable)."""
+    for patch, contended in zip(patches, busy, strict=True):
+        if contended:
+            patch.set_hatch("///")
+            patch.set_edgecolor(CONTENDED_COLOUR)
+            patch.set_linewidth(1.2)
+
+
 def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dict[str, Any]]]]:
     """Cells that ran ok, pooled per runtime, model and dtype (across fixture names), by depth."""
     lines: list[tuple[str, list[dict[str, Any]]]] = []
@@ -219,6 +235,21 @@ def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dic
                 name = f"{col.label} {model}" + (f" {rest_text}" if models.count(model) > 1 else "")
                 lines.append((name, sorted(cells, key=lambda c: float(c["params"][depth]))))
     return lines
+
+
+def _ring_contended(
+    ax: Axes, cells: Sequence[dict[str, Any]], depth: str, key: str, scale: float
+) -> None:
+    """A red ring around the points of cells that ran contended."""
+    pts = [
+        (float(c["params"][depth]), v * scale)
+        for c in cells
+        if c.get("contended") and (v := _value(c["metrics"].get(key))) is not None
+    ]
+    if pts:
+        xs, ys = zip(*pts, strict=True)
+        (ring,) = ax.plot(xs, ys, "o", label="contended (not comparable)", markersize=9)
+        ring.set(markerfacecolor="none", markeredgecolor=CONTENDED_COLOUR, markeredgewidth=1.4)
 
 
 def context_scaling(cols: Sequence[Column]) -> Plot:
@@ -274,6 +305,7 @@ def context_scaling(cols: Sequence[Column]) -> Plot:
                     markersize=4,
                     linewidth=1.4,
                 )
+                _ring_contended(ax, cells, depth, key, scale)
         ax.set_xscale("log", base=2)
         ax.set_xlabel(depth)
         ax.set_ylabel(ylabel)
@@ -306,7 +338,8 @@ def cold_start_split(cols: Sequence[Column]) -> Plot:
             parts = [_value(c["metrics"].get(k)) for k, _ in COLD_START]
             if any(p is not None for p in parts):
                 cells.append(c)
-                prefixes.append(f"{col.label} · ")
+                busy = " (contended)" if c.get("contended") else ""
+                prefixes.append(f"{col.label}{busy} · ")
                 splits.append([p or 0.0 for p in parts])
     bars = list(zip(distinct_labels(cells, prefixes), splits, strict=True))
     if not bars:
@@ -563,4 +596,154 @@ def cancel_leak(cols: Sequence[Column]) -> Plot:
     ax.set_ylabel("RSS growth vs cycle 1 (KiB)")
     fig.legend(fontsize=8, frameon=False, loc="outside lower center", ncols=min(3, len(lines)))
     _style(ax)
+    return Plot(pid, title, caption, _svg(fig, pid, title))
+
+
+# --- history across runs --------------------------------------------------------------------
+
+STEP_MARKERS = {"-": ("v", "#e67e22"), "+": ("^", "#27ae60"), "!": ("*", "#c0392b")}
+STEP_MARKERS["*"] = ("*", "#2e86c1")
+
+
+@dataclass(frozen=True)
+class HistPoint:
+    """One run's figure on a history line: median and the min–max of its repetitions."""
+
+    x: int  # the run's place in the series
+    median: float
+    lo: float
+    hi: float
+    contended: bool = False
+    comparable: bool = True  # with the previous point (fixture content, params, machine)
+    mark: str = ""  # the step from the previous run: - + ! * (rtmatrix diff's marks)
+
+
+@dataclass(frozen=True)
+class HistLine:
+    label: str
+    metric: str
+    points: tuple[HistPoint, ...]
+
+
+@dataclass(frozen=True)
+class HistPanel:
+    metric: str
+    ylabel: str
+    scale: float
+
+
+HIST_PANELS = (
+    HistPanel("pp_tps", "PP tokens/s", 1.0),
+    HistPanel("tg_tps", "TG tokens/s", 1.0),
+    HistPanel("peak_rss_os_bytes", "peak RSS (MiB)", 2.0**-20),
+    HistPanel("cold_start_total_s", "cold start (ms)", 1e3),
+)
+
+
+def _segments(points: Sequence[HistPoint]) -> list[list[HistPoint]]:
+    """Runs of comparable, uncontended points: a line is drawn through each, not across."""
+    out: list[list[HistPoint]] = []
+    for p in points:
+        if p.contended:
+            continue
+        if not out or not p.comparable:
+            out.append([])
+        out[-1].append(p)
+    return out
+
+
+def _draw_line(ax: Axes, line: HistLine, colour: str, scale: float) -> None:
+    for seg in _segments(line.points):
+        xs, ys = [p.x for p in seg], [p.median * scale for p in seg]
+        ax.plot(xs, ys, "o-", color=colour, markersize=4, linewidth=1.4)
+    for p in line.points:
+        y = p.median * scale
+        err = [[max(0.0, y - p.lo * scale)], [max(0.0, p.hi * scale - y)]]
+        face = "white" if p.contended else colour
+        edge = CONTENDED_COLOUR if p.contended else colour
+        size = 5 if p.contended else 4
+        bar = ax.errorbar([p.x], [y], yerr=err, fmt="o", color=colour, elinewidth=0.8, capsize=2)
+        bar.lines[0].set(markerfacecolor=face, markeredgecolor=edge, markersize=size)
+        if not p.comparable:
+            ax.plot([p.x], [y], "x", color="#555", markersize=9, mew=1.5)
+        if p.mark in STEP_MARKERS:
+            marker, c = STEP_MARKERS[p.mark]
+            ax.plot([p.x], [y], marker, color=c, markersize=11, mfc="none", mew=1.6)
+
+
+def _history_legend(fig: Figure, lines: Sequence[HistLine]) -> None:
+    from matplotlib.lines import Line2D
+
+    labels = list(dict.fromkeys(ln.label for ln in lines))
+    handles = [
+        Line2D([], [], color=PALETTE[i % len(PALETTE)], marker="o", label=lb)
+        for i, lb in enumerate(labels)
+    ]
+    keys = (
+        ("o", CONTENDED_COLOUR, "contended (not comparable)"),
+        ("x", "#555", "not comparable with the run before"),
+        ("v", STEP_MARKERS["-"][1], "significantly worse"),
+        ("^", STEP_MARKERS["+"][1], "significantly better"),
+        ("*", STEP_MARKERS["!"][1], "verdict / outcome changed"),
+    )
+    handles += [
+        Line2D([], [], ls="none", marker=m, mfc="none" if m != "x" else c, color=c, label=lb)
+        for m, c, lb in keys
+    ]
+    fig.legend(handles=handles, fontsize=7.5, frameon=False, loc="outside lower center", ncols=4)
+
+
+MIN_SPAN = 0.10  # a history panel spans at least ±5 % of its level: noise does not look like steps
+
+
+def _history_ylim(ax: Axes) -> None:
+    """Autoscaled (so each run's interval is visible), but never narrower than ``MIN_SPAN``."""
+    lo, hi = ax.get_ylim()
+    mid = (lo + hi) / 2
+    if mid > 0 and hi - lo < MIN_SPAN * mid:
+        ax.set_ylim(mid * (1 - MIN_SPAN / 2), mid * (1 + MIN_SPAN / 2))
+
+
+def history_plot(
+    pid: str,
+    title: str,
+    runs: Sequence[str],
+    lines: Sequence[HistLine],
+    events: Sequence[tuple[int, str]] = (),
+) -> Plot:
+    """A row's figures across runs: one panel per metric, one line per fixture; x is the run
+    (its runtime version and date), the point the median, the bar the min–max of its
+    repetitions. ``events`` (run index, text) draw a dotted line where a verdict changed."""
+    caption = (
+        "x: runs oldest first, labelled by the row's version and date; points: medians, bars: "
+        "min–max of the repetitions. Hollow red: the host was busy (contended), not joined to "
+        "the line; ×: not comparable with the run before (the line breaks); ▼/▲: rtmatrix diff "
+        "found the step significantly worse/better; ★ and dotted lines: verdict or outcome "
+        "changed."
+    )
+    panels = [p for p in HIST_PANELS if any(ln.metric == p.metric for ln in lines)]
+    if not panels:
+        return Plot(pid, title, caption, note="no data: no run measured a tracked figure")
+    made = _figure(min(12.0, 3.2 * len(panels) + 1.0), 3.6)
+    if isinstance(made, str):
+        return Plot(pid, title, caption, note=made)
+    fig, _ = made
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    labels = list(dict.fromkeys(ln.label for ln in lines))
+    for ax, panel in zip(axes, panels, strict=True):
+        for ln in (ln for ln in lines if ln.metric == panel.metric):
+            colour = PALETTE[labels.index(ln.label) % len(PALETTE)]
+            _draw_line(ax, ln, colour, panel.scale)
+        for x, _ in events:
+            ax.axvline(x, color="#c0392b", linestyle=":", linewidth=0.9)
+        ax.set_xticks(range(len(runs)), list(runs), fontsize=7)
+        ax.set_xlim(-0.5, len(runs) - 0.5)
+        ax.set_ylabel(panel.ylabel)
+        _history_ylim(ax)
+        _style(ax)
+    for x, text in events:
+        where = (x, 1.0)
+        style = {"fontsize": 7, "color": "#c0392b", "rotation": 90, "va": "top", "ha": "right"}
+        axes[0].annotate(text, where, xycoords=("data", "axes fraction"), **style)
+    _history_legend(fig, lines)
     return Plot(pid, title, caption, _svg(fig, pid, title))

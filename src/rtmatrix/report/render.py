@@ -15,7 +15,16 @@ from typing import Any
 
 import jinja2
 
-from rtmatrix.report import lifecycle, partitions, plots, upgrade, views
+from rtmatrix.report import (
+    cellmarks,
+    history,
+    lifecycle,
+    partitions,
+    plots,
+    ranking,
+    upgrade,
+    views,
+)
 from rtmatrix.report.views import fmt_value
 
 __all__ = ["fmt_value", "render_report"]
@@ -48,6 +57,9 @@ def _env(notes: views.Notes) -> jinja2.Environment:
     env.filters["other_evidence"] = views.other_evidence
     env.filters["as_dict"] = views.as_dict
     env.filters["as_list"] = views.as_list
+    env.filters["figure"] = lambda m, cell, name="": views.marked_metric(m, notes, name, cell)
+    env.filters["marks"] = lambda cell: cellmarks.marks(cell, notes)
+    env.filters["cmdline"] = cellmarks.command_line
     return env
 
 
@@ -59,26 +71,49 @@ def _plots(cols: list[views.Column]) -> list[plots.Plot]:
     ]
 
 
+def _shown(cols: list[views.Column], by_matrix: bool = True) -> list[views.Column]:
+    """One column per matrix and runtime row (the newest run's), with picks, spreads, ranks;
+    without ``by_matrix`` (a paired comparison's two sides), each run's rows side by side."""
+    shown = history.shown_columns(cols) if by_matrix else [c for c in cols if c.cells]
+    history.attach(shown)
+    ranking.attach(shown)
+    return shown
+
+
+def _upgrades(runs: list[dict[str, Any]], baseline: dict[str, Any] | None) -> list[Any]:
+    """Each run against the baseline (a results folder may hold the baseline itself)."""
+    if baseline is None:
+        return []
+    return [upgrade.view(baseline, run) for run in runs if run["run_id"] != baseline["run_id"]]
+
+
 def render_html(
     runs: list[dict[str, Any]],
     baseline: dict[str, Any] | None = None,
     comparison: upgrade.ComparisonView | None = None,
 ) -> str:
-    """The page for ``runs`` (newest last), with an upgrade view against ``baseline`` and/or a
-    paired comparison first; upgrade pages leave out runtime rows that did not run."""
+    """The page for ``runs`` (ordered by time here), with an upgrade view against ``baseline``
+    and/or a paired comparison first; upgrade pages leave out runtime rows that did not run.
+    Several runs of one matrix show each runtime row once, with its history (a comparison's
+    two sides stay side by side: the comparison section judges them)."""
+    runs = history.by_time(runs)
     notes = views.Notes()
-    cols = views.columns(runs, ran_only=bool(baseline or comparison))
+    every = views.columns(runs, ran_only=bool(baseline or comparison))
+    cols = _shown(every, by_matrix=comparison is None)
     script = _asset("report.js")
     context = {
         "runs": runs,
         "cols": cols,
+        "every": every,
+        "left_out": history.left_out(every, cols),
+        "history": history.views(cols),
         "summary": views.summary(runs, cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),
         "lifecycle": lifecycle.panel(cols, notes),
         "partitions": partitions.panel(cols, notes),
-        "upgrades": [upgrade.view(baseline, run) for run in runs] if baseline else [],
+        "upgrades": _upgrades(runs, baseline),
         "baseline": baseline,
         "comparison": comparison,
         "notes": notes,

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rtmatrix.names import SCENARIO_PREFIX, M, Scenario
@@ -29,6 +29,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     "machine": ("host", "the host probe of the run (platform, /proc/cpuinfo)"),
     "matrix": ("mx", "summarised from the cells' outcomes and parameters"),
     "evidence": ("ev", "reported by the runtime (log lines, device lists, placement)"),
+    "reference-tool": (
+        "ref",
+        "the runtime's own benchmark tool (llama-bench), same file and settings",
+    ),
     "analysis": (
         "an",
         "rtmatrix's partition analysis of the runtime's graph, EP assignment, measured tensor "
@@ -100,6 +104,15 @@ class Notes:
 
 
 @dataclass(frozen=True)
+class Badge:
+    """A small mark after a value: contended, best, within noise, spread."""
+
+    text: str
+    css: str
+    title: str = ""
+
+
+@dataclass(frozen=True)
 class Value:
     """One shown value: text, source marker, hover text, footnote number when unavailable."""
 
@@ -108,6 +121,7 @@ class Value:
     title: str = ""
     note: int | None = None
     css: str = ""
+    badges: tuple[Badge, ...] = ()
 
     @property
     def mark(self) -> str:
@@ -122,6 +136,7 @@ class Value:
 class Part:
     name: str
     value: Value
+    detail: bool = False  # shown on demand only (the matrix's "all figures" switch)
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,7 @@ class Item:
 
     label: str
     parts: tuple[Part, ...]
+    title: str = ""  # hover on the label: e.g. why the figures come from an older run
 
 
 @dataclass(frozen=True)
@@ -158,7 +174,48 @@ def text(value: str, title: str = "", css: str = "") -> Value:
     return Value(value, "", title, None, css)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Spread:
+    """How much one figure of a row varies: the coefficient of variation (sd / mean) of the
+    shown cell's repetitions, and of its medians over the runs where it is comparable."""
+
+    within_cv: float | None
+    n_samples: int
+    between_cv: float | None = None
+    n_runs: int = 1
+    run_medians: tuple[float, ...] = ()
+
+    @property
+    def swing(self) -> float | None:
+        """The variation a reader should expect: run to run where known, else repetitions."""
+        return self.between_cv if self.between_cv is not None else self.within_cv
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One row's place for one criterion at one fixture: best, within noise of it, or behind."""
+
+    place: int  # 1-based, by median
+    of: int  # rows ranked
+    best: bool
+    tie: bool  # within noise of the best
+    test: str  # how it was judged against the best
+    swings: str = ""  # set when its spread exceeds its lead over the next row
+    untested: bool = False  # too few samples to tell it from the best either way
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The cell whose figures a row shows for one of its fixtures, and why when it is not the
+    newest run's (that one ran contended)."""
+
+    cell: dict[str, Any]
+    run_id: str
+    version: str
+    why: str = ""
+
+
+@dataclass(eq=False)
 class Column:
     """One runtime row of one run (on one target, for a fleet run): a column of the selection
     matrix and of the fixture grid."""
@@ -183,6 +240,12 @@ class Column:
     def machine(self) -> dict[str, Any]:
         """The machine its cells ran on: the fleet host's, else the run's."""
         return self._host("machine") or dict(self.run.get("machine", {}))
+
+    #: this row in every run of the same matrix, oldest first (itself last); [] when alone
+    series: list[Column] = field(default_factory=list, repr=False)
+    picks: dict[str, Pick] = field(default_factory=dict)  # cell key -> figures shown
+    spreads: dict[tuple[str, str], Spread] = field(default_factory=dict)  # (row key, metric)
+    ranks: dict[tuple[str, str], Rank] = field(default_factory=dict)  # (row key, metric)
 
     @property
     def version(self) -> str:
@@ -250,6 +313,129 @@ def metric_value(metric: dict[str, Any] | None, notes: Notes, name: str = "") ->
     source = str(metric.get("source"))
     css = "modelled" if source == Source.MODELLED else ""
     return Value(fmt_value(metric), source, "; ".join(hover), None, css)
+
+
+# --- figures of a cell: contention, rank, spread -------------------------------------------
+
+#: rtmatrix ÷ the reference tool per llama.cpp cell (issue 14); not in ``names.M`` yet
+PP_REFERENCE_RATIO = M.PP_REFERENCE_RATIO
+TG_REFERENCE_RATIO = M.TG_REFERENCE_RATIO
+#: figures that do not depend on how busy the host was (read from the package's metadata)
+LOAD_FREE = {Source.PACKAGE_METADATA}
+
+
+def contention_badge(cell: dict[str, Any]) -> Badge | None:
+    """The mark every figure of a contended cell carries: the host was busy outside it."""
+    if not cell.get("contended"):
+        return None
+    busy = as_dict(as_dict(cell.get("metrics")).get(M.HOST_BUSY_CORES))
+    cores, limit = busy.get("value"), busy.get("threshold_cores")
+    said = f"{cores:.2f} cores" if isinstance(cores, int | float) else "CPU"
+    text = f"contended · {said} busy" if isinstance(cores, int | float) else "contended"
+    title = (
+        f"the host kept {said} busy outside this cell during its counted repetitions"
+        + (f" (threshold {limit:g} cores)" if isinstance(limit, int | float) else "")
+        + ": its figures are not comparable and not ranked"
+    )
+    return Badge(text, "contended", title)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def spread_badge(spread: Spread | None) -> Badge | None:
+    """The coefficient of variation beside a median: repetitions, and runs where known."""
+    if spread is None or (spread.within_cv is None and spread.between_cv is None):
+        return None
+    texts, said = [], []
+    if spread.within_cv is not None:
+        texts.append(f"±{_pct(spread.within_cv)}")
+        said.append(f"{_pct(spread.within_cv)} over {spread.n_samples} repetitions in one process")
+    if spread.between_cv is not None:
+        texts.append(f"runs ±{_pct(spread.between_cv)}")
+        said.append(
+            f"{_pct(spread.between_cv)} run to run over the medians of {spread.n_runs} "
+            "comparable runs that were not contended"
+        )
+    title = "coefficient of variation (sd / mean): " + "; ".join(said)
+    return Badge(" · ".join(texts), "cv", title)
+
+
+def rank_badges(rank: Rank | None) -> list[Badge]:
+    """Best, within noise of the best, or its place; and a swing larger than its lead."""
+    if rank is None:
+        return []
+    if rank.best:
+        out = [Badge("best", "best", f"best of {rank.of} rows; {rank.test}")]
+    elif rank.tie:
+        out = [Badge("≈ best", "tie", f"within noise of the best: {rank.test}")]
+    elif rank.untested:
+        out = [Badge(f"#{rank.place}?", "untested", f"cannot be told from the best: {rank.test}")]
+    else:
+        out = [Badge(f"#{rank.place} of {rank.of}", "behind", rank.test)]
+    if rank.swings:
+        out.append(Badge("swings > lead", "swing", rank.swings))
+    return out
+
+
+def figure_value(col: Column, cell: dict[str, Any], key: str, notes: Notes) -> Value:
+    """A cell's metric as shown in the selection matrix: its value and source, marked when the
+    cell ran contended, with its rank among the rows and its spread when known."""
+    metric = cell["metrics"].get(key)
+    value = metric_value(metric, notes, key)
+    badges = [cell_badge(cell, metric)]
+    badges += rank_badges(col.ranks.get((row_key(cell), key)))
+    badges.append(spread_badge(col.spreads.get((row_key(cell), key))))
+    return replace(value, badges=tuple(b for b in badges if b is not None))
+
+
+def cell_badge(cell: dict[str, Any], metric: Any) -> Badge | None:
+    """The contention mark for one of the cell's figures (none for metadata figures, nor where
+    there is no figure: an unavailable value carries its reason instead)."""
+    if not isinstance(metric, dict) or metric.get("value") is None:
+        return None
+    if metric.get("source") in LOAD_FREE:
+        return None
+    return contention_badge(cell)
+
+
+def marked_metric(metric: Any, notes: Notes, name: str, cell: dict[str, Any]) -> Value:
+    """A metric of the evidence panel, with the contention mark of its cell."""
+    value = metric_value(metric if isinstance(metric, dict) else None, notes, name)
+    badge = cell_badge(cell, metric)
+    return replace(value, badges=(badge,)) if badge else value
+
+
+def ratio_value(cell: dict[str, Any], key: str, ref_key: str, own_key: str, notes: Notes) -> Value:
+    """rtmatrix ÷ the runtime's own benchmark tool, as ``0.86×``, with both figures on hover."""
+    metrics = cell["metrics"]
+    metric = metrics.get(key)
+    value = metric_value(metric, notes, key)
+    if value.unavailable or not isinstance(as_dict(metric).get("value"), int | float):
+        return value
+    ref, own = as_dict(metrics.get(ref_key)), as_dict(metrics.get(own_key))
+    hover = [f"rtmatrix ÷ {reference_tool(cell)}"]
+    if ref.get("value") is not None and own.get("value") is not None:
+        hover.append(f"{own_key} {fmt_value(own)} ÷ {ref_key} {fmt_value(ref)}")
+    hover += [f"{k}: {ref[k]}" for k in ("tool", "tool_version", "command") if ref.get(k)]
+    badge = cell_badge(cell, metric)
+    return replace(
+        value,
+        text=f"{float(as_dict(metric)['value']):.2f}×",
+        title="; ".join(hover),
+        badges=(badge,) if badge else (),
+    )
+
+
+def reference_tool(cell: dict[str, Any]) -> str:
+    """The reference tool's name as its figure records it (llama-bench for llama.cpp)."""
+    metrics = as_dict(cell.get("metrics"))
+    for key in (M.PP_TPS_REFERENCE, M.TG_TPS_REFERENCE):
+        tool = as_dict(metrics.get(key)).get("tool")
+        if isinstance(tool, str) and tool:
+            return tool
+    return "llama-bench" if str(cell.get("runtime", "")).startswith("llama") else "reference tool"
 
 
 # --- columns and labels --------------------------------------------------------------------
@@ -394,21 +580,37 @@ def common_params(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     return max(counts.values(), key=lambda t: t[0])[1] if counts else None
 
 
-def _headline(col: Column) -> list[dict[str, Any]]:
-    """The column's ordinary cells at its headline params: one per fixture and dtype."""
-    return [c for c in _normal(col) if c["params"] == col.headline]
+def headline_cells(col: Column) -> list[dict[str, Any]]:
+    """The column's ordinary cells at its headline params: one per fixture and dtype; where the
+    newest run's cell ran contended, the cell picked in its stead (``Column.picks``)."""
+    return [picked(col, c) for c in _normal(col) if c["params"] == col.headline]
+
+
+def picked(col: Column, cell: dict[str, Any]) -> dict[str, Any]:
+    pick = col.picks.get(str(cell["key"]))
+    return pick.cell if pick else cell
+
+
+def pick_item(col: Column, cell: dict[str, Any], label: str, parts: tuple[Part, ...]) -> Item:
+    """An entry line; it names the run its figures come from when that is an older one."""
+    pick = col.picks.get(str(cell["key"]))
+    if pick is None or not pick.why:
+        return Item(label, parts)
+    return Item(f"{label} · older run ({pick.version})", parts, pick.why)
 
 
 def _per_cell(
     col: Column, notes: Notes, parts: Callable[[dict[str, Any]], list[Part]], what: str
 ) -> list[Item]:
-    cells = _headline(col)
+    cells = headline_cells(col)
     if not cells:
         return [Item("", (Part("", _no_cells(col, notes, what)),))]
     vary = varying_params(cells)
-    items = [Item(cell_label(c, vary), tuple(parts(c))) for c in cells]
+    items = [pick_item(col, c, cell_label(c, vary), tuple(parts(c))) for c in cells]
     if len({tuple(p.value for p in it.parts) for it in items}) == 1:
-        return [Item("", items[0].parts)]  # the same everywhere (e.g. one unavailable reason)
+        # the same everywhere (e.g. one unavailable reason); a picked older run stays named
+        first = items[0]
+        return [Item(first.label if first.title else "", first.parts, first.title)]
     if len(items) > MAX_LISTED:
         return _ranges(items, len(cells))
     return items
@@ -543,17 +745,17 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
 
 
 def _cold_start(col: Column, notes: Notes) -> list[Item]:
-    cells = [c for c in _headline(col) if c["metrics"].get(M.COLD_TOTAL, {}).get("value")]
+    cells = [c for c in headline_cells(col) if c["metrics"].get(M.COLD_TOTAL, {}).get("value")]
     if not cells:
         why = "no cell reached its first token"
-        total = [c["metrics"].get(M.COLD_TOTAL) for c in _headline(col)]
+        total = [c["metrics"].get(M.COLD_TOTAL) for c in headline_cells(col)]
         reasons = [str(m.get("reason")) for m in total if m and m.get("reason")]
         reason = reasons[0] if reasons else why
         return [Item("", (Part("", unavailable(f"{col.runtime}: {reason}", notes)),))]
     ref = cells[0]
-    parts = [Part(label, metric_value(ref["metrics"].get(k), notes, k)) for k, label in COLD_START]
-    parts.append(Part("total", metric_value(ref["metrics"][M.COLD_TOTAL], notes)))
-    items = [Item(fixture_label(ref), tuple(parts))]
+    parts = [Part(label, figure_value(col, ref, k, notes), True) for k, label in COLD_START]
+    parts.append(Part("total", figure_value(col, ref, M.COLD_TOTAL, notes)))
+    items = [pick_item(col, ref, fixture_label(ref), tuple(parts))]
     if len(cells) > 1:
         totals = [c["metrics"][M.COLD_TOTAL] for c in cells]
         lo = min(totals, key=lambda m: float(m["value"]))
@@ -564,14 +766,48 @@ def _cold_start(col: Column, notes: Notes) -> list[Item]:
     return items
 
 
-def _metric_row(*keys: tuple[str, str], what: str) -> Callable[[Column, Notes], list[Item]]:
+@dataclass(frozen=True)
+class Fig:
+    """One figure of a selection row: metric, label, and how it is shown."""
+
+    key: str
+    label: str
+    detail: bool = False  # on demand only
+    optional: bool = False  # shown only where the cell recorded it (reference figures)
+    ratio_of: tuple[str, str] | None = None  # (reference, own): shown as own ÷ reference
+
+
+def _fig_part(col: Column, cell: dict[str, Any], fig: Fig, notes: Notes) -> Part | None:
+    if fig.optional and fig.key not in cell["metrics"]:
+        return None
+    if fig.ratio_of is None:
+        return Part(fig.label, figure_value(col, cell, fig.key, notes), fig.detail)
+    ref, own = fig.ratio_of
+    value = ratio_value(cell, fig.key, ref, own, notes)
+    return Part(f"{fig.label} ÷ {reference_tool(cell)}", value, fig.detail)
+
+
+def _metric_row(*figs: Fig, what: str) -> Callable[[Column, Notes], list[Item]]:
     def entry(col: Column, notes: Notes) -> list[Item]:
         def parts(cell: dict[str, Any]) -> list[Part]:
-            return [Part(lb, metric_value(cell["metrics"].get(k), notes, k)) for k, lb in keys]
+            found = (_fig_part(col, cell, f, notes) for f in figs)
+            return [p for p in found if p is not None]
 
         return _per_cell(col, notes, parts, what)
 
     return entry
+
+
+def _throughput(
+    key: str, counter: str, reference: str, ratio: str, label: str
+) -> Callable[[Column, Notes], list[Item]]:
+    return _metric_row(
+        Fig(key, label),
+        Fig(ratio, label, optional=True, ratio_of=(reference, key)),
+        Fig(counter, f"{label} ctr", detail=True),
+        Fig(reference, f"{label} ref", detail=True, optional=True),
+        what="throughput",
+    )
 
 
 def _facilities(col: Column, notes: Notes) -> list[Item]:
@@ -735,29 +971,34 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     ("cold start", "spawn → first token, split (one cell; plot for all)", _cold_start),
     (
         "peak memory",
-        "ru_maxrss of the worker and sampled tree RSS",
-        _metric_row((M.PEAK_RSS_OS, "OS"), (M.PEAK_RSS_SAMPLED, "sampled"), what="memory"),
-    ),
-    (
-        "PP / TG tok/s",
-        "prefill and decode throughput: harness clock and runtime counters",
+        "ru_maxrss of the worker (sampled tree RSS in all figures)",
         _metric_row(
-            (M.PP_TPS, "PP"),
-            (M.PP_TPS_COUNTER, "PP ctr"),
-            (M.TG_TPS, "TG"),
-            (M.TG_TPS_COUNTER, "TG ctr"),
-            what="throughput",
+            Fig(M.PEAK_RSS_OS, "OS"), Fig(M.PEAK_RSS_SAMPLED, "sampled", True), what="memory"
         ),
     ),
     (
+        "PP tok/s",
+        "prefill throughput, harness clock; ÷ the runtime's own benchmark tool where it has one "
+        "(runtime counters in all figures)",
+        _throughput(M.PP_TPS, M.PP_TPS_COUNTER, M.PP_TPS_REFERENCE, PP_REFERENCE_RATIO, "PP"),
+    ),
+    (
+        "TG tok/s",
+        "decode throughput, harness clock; ÷ the runtime's own benchmark tool where it has one "
+        "(runtime counters in all figures)",
+        _throughput(M.TG_TPS, M.TG_TPS_COUNTER, M.TG_TPS_REFERENCE, TG_REFERENCE_RATIO, "TG"),
+    ),
+    (
         "TTFT / TPOT",
-        "time to first token; time per output token, p90",
-        _metric_row((M.TTFT, "TTFT"), (M.TPOT, "TPOT"), (M.TOKEN_P90, "p90"), what="latency"),
+        "time to first token; time per output token (p90 in all figures)",
+        _metric_row(
+            Fig(M.TTFT, "TTFT"), Fig(M.TPOT, "TPOT"), Fig(M.TOKEN_P90, "p90", True), what="latency"
+        ),
     ),
     (
         "power",
         "mean power and energy per cell",
-        _metric_row((M.POWER, "power"), (M.ENERGY, "energy"), what="power"),
+        _metric_row(Fig(M.POWER, "power"), Fig(M.ENERGY, "energy"), what="power"),
     ),
     (
         "license",
@@ -813,6 +1054,8 @@ KNOWN_EVIDENCE = {
     "system_info",
     "manifest",
     "debug_facilities",
+    "leaked_processes",
+    "process_tracking",
 }
 
 

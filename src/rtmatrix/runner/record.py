@@ -254,21 +254,21 @@ def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
     data = ref.reference if ref.status == "ok" else None
     why = ref.message or "the reference tool reported nothing"
     m = rec["metrics"]
-    for phase, key, ref_key in (
-        ("pp", M.PP_TPS, M.PP_TPS_REFERENCE),
-        ("tg", M.TG_TPS, M.TG_TPS_REFERENCE),
+    for phase, key, ref_key, ratio_key in (
+        ("pp", M.PP_TPS, M.PP_TPS_REFERENCE, M.PP_REFERENCE_RATIO),
+        ("tg", M.TG_TPS, M.TG_TPS_REFERENCE, M.TG_REFERENCE_RATIO),
     ):
         samples = (data or {}).get(f"{phase}_tps") or []
         if not samples:
             reason = why if data is None else f"the tool reported no {phase} test"
             m[ref_key] = Metric.unavailable("tokens/s", reason).to_dict()
-            m[f"{phase}_reference_ratio"] = Metric.unavailable("ratio", reason).to_dict()
+            m[ratio_key] = Metric.unavailable("ratio", reason).to_dict()
             continue
         ref_metric = Metric.measured(samples, "tokens/s", Source.REFERENCE_TOOL,
                                      **(data or {}).get("evidence", {}))  # fmt: skip
         m[ref_key] = ref_metric.to_dict()
         ours = m.get(key, {}).get("value")
-        m[f"{phase}_reference_ratio"] = (
+        m[ratio_key] = (
             Metric(ours / ref_metric.value, "ratio", Source.HARNESS_CLOCK,
                    detail={"method": f"{key} median / {ref_key} median"}).to_dict()
             if isinstance(ours, int | float) and isinstance(ref_metric.value, int | float)

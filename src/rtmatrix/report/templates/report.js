@@ -1,5 +1,6 @@
 "use strict";
-// Open the evidence panel a link points at, and let readers open or close all of them.
+// Open the evidence panel a link points at, let readers open or close all of them, and show
+// every figure of the selection matrix on demand.
 (function () {
   function openTarget() {
     var id = decodeURIComponent(window.location.hash.slice(1));
@@ -18,5 +19,14 @@
         document.querySelectorAll("details.evidence").forEach(function (d) { d.open = open; });
       });
     });
+    var all = document.getElementById("all-figures");
+    var matrix = document.getElementById("selection-matrix");
+    if (all && matrix) {
+      all.addEventListener("click", function () {
+        var on = matrix.classList.toggle("all");
+        all.setAttribute("aria-pressed", on ? "true" : "false");
+        all.textContent = on ? "fewer figures" : "show all figures";
+      });
+    }
   });
 })();
