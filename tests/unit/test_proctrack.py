@@ -121,10 +121,9 @@ def test_a_double_forked_daemon_is_found_and_killed(mode: str, tag: str) -> None
     assert not _with_tag(tag)
     assert [any(tag in a for a in x.cmdline) for x in leaks] == [True]
     assert leaks[0].killed and leaks[0].found_at is FoundAt.INTERRUPT
-    # without a cgroup the daemon left the tree between two polls: the marker finds it
+    # whichever net saw it first names it (a poll may catch the daemon before it leaves the
+    # tree); without a cgroup, one that left between two polls is found by the marker
     assert leaks[0].found_by in (FoundBy.CGROUP, FoundBy.DESCENDANTS, FoundBy.ENV_MARKER)
-    if mode == "cgroup":
-        assert leaks[0].found_by is FoundBy.CGROUP
 
 
 def test_the_descendant_set_alone_finds_a_child_seen_while_in_the_tree(tag: str) -> None:
