@@ -36,3 +36,18 @@ def test_nan_logits_are_never_within_tolerance() -> None:
 def test_missing_logits() -> None:
     out = compare("f32", [1], np.zeros(4, dtype=np.float32), [1], None)
     assert not out["within_tolerance"] and "no first-step logits" in out["logit_reason"]
+
+
+def test_a_flip_at_a_near_tie_is_numerics_a_clear_margin_is_wrong() -> None:
+    import numpy as np
+
+    from rtmatrix.metrics.parity import compare
+
+    ref, logits = [1, 2, 3, 4], np.zeros(8, dtype=np.float32)
+    near = compare("f32", ref, logits, [1, 2, 9, 9], logits, [1.0, 1.0, 0.004, 1.0])
+    assert near["within_tolerance"] and near["divergence_kind"] == "near-tie"
+    assert near["first_divergence"] == 2 and near["margin_at_divergence"] == 0.004
+    clear = compare("f32", ref, logits, [1, 2, 9, 9], logits, [1.0, 1.0, 0.5, 1.0])
+    assert not clear["within_tolerance"] and clear["divergence_kind"] == "clear-margin"
+    unknown = compare("f32", ref, logits, [1, 2, 9, 9], logits)
+    assert not unknown["within_tolerance"]

@@ -118,7 +118,9 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
     logits = np.load(logits_path) if logits_path and logits_path.exists() else None
     reps = result.reps
-    out = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits)
+    out = parity.compare(
+        fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins
+    )
     out["deterministic_across_reps"] = all(r.tokens == reps[0].tokens for r in reps)
     return out
 
