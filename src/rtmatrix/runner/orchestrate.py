@@ -17,6 +17,7 @@ from rtmatrix import memcap
 from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.metrics.contention import ContentionReading
 from rtmatrix.outcome import Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult
 from rtmatrix.results import load_run, save_run
@@ -189,7 +190,7 @@ def _attempts(
     if len(busy) > 1:
         rec["attempts"] = {"n": len(busy), "host_busy_cores": busy}
     if _wants_reference(ctx, cell, rec):
-        reference_metrics(rec, _reference(ctx, cell, fx))
+        reference_metrics(rec, *_reference(ctx, cell, fx))
     return rec
 
 
@@ -203,8 +204,11 @@ def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
     )
 
 
-def _reference(ctx: RunContext, cell: Cell, fx: PreparedFixture) -> WorkerResult:
-    """The runtime's own benchmark tool on the cell's file, in a worker process of its own."""
+def _reference(
+    ctx: RunContext, cell: Cell, fx: PreparedFixture
+) -> tuple[WorkerResult, ContentionReading | None]:
+    """The runtime's own benchmark tool on the cell's file, in a worker process of its own,
+    and how busy the host was outside it meanwhile."""
     with tempfile.TemporaryDirectory(prefix="rtmatrix-ref-") as tmp:
         job_dir = Path(tmp)
         make_job(ctx, cell, fx, None, task="reference").write(job_dir / "job.json")
@@ -212,10 +216,12 @@ def _reference(ctx: RunContext, cell: Cell, fx: PreparedFixture) -> WorkerResult
         lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
                              python=ctx.python)  # fmt: skip
         read = process.read_result(job_dir)
+    threshold = float(cell.run.get("contention_threshold_cores", 0.25))
+    busy = lau.cpu.reading(lau.spawned, lau.spawned + lau.wall_s, threshold) if lau.cpu else None
     if read.result is not None:
-        return read.result
+        return read.result, busy
     why = classify(lau, None, "reference", 0, None, problem=read.problem).message
-    return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}")
+    return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}"), busy
 
 
 def plan_cells(

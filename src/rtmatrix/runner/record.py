@@ -250,10 +250,18 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     return out
 
 
-def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
+def reference_metrics(
+    rec: dict[str, Any], ref: WorkerResult, busy: ContentionReading | None = None
+) -> None:
     """Add the runtime's own benchmark figures (``*_tps_reference``, source reference-tool) and
-    the harness ÷ tool ratios to a finished cell's record; unavailable with the reason."""
+    the harness ÷ tool ratios to a finished cell's record; unavailable with the reason. The
+    tool runs after the cell: how busy the host was meanwhile goes with its figures and the
+    ratios (``contended``: a ratio from a busy reference run is not a finding)."""
     data = ref.reference if ref.status == "ok" else None
+    load = {
+        "reference_host_busy_cores": busy.busy_cores if busy else None,
+        "contended": bool(rec.get("contended")) or bool(busy and busy.contended),
+    }
     why = ref.message or "the reference tool reported nothing"
     m = rec["metrics"]
     for phase, key, ref_key, ratio_key in (
@@ -267,12 +275,12 @@ def reference_metrics(rec: dict[str, Any], ref: WorkerResult) -> None:
             m[ratio_key] = Metric.unavailable("ratio", reason).to_dict()
             continue
         ref_metric = Metric.measured(samples, "tokens/s", Source.REFERENCE_TOOL,
-                                     **(data or {}).get("evidence", {}))  # fmt: skip
+                                     **(data or {}).get("evidence", {}), **load)  # fmt: skip
         m[ref_key] = ref_metric.to_dict()
         ours = m.get(key, {}).get("value")
         m[ratio_key] = (
             Metric(ours / ref_metric.value, "ratio", Source.HARNESS_CLOCK,
-                   detail={"method": f"{key} median / {ref_key} median"}).to_dict()
+                   detail={"method": f"{key} median / {ref_key} median", **load}).to_dict()
             if isinstance(ours, int | float) and isinstance(ref_metric.value, int | float)
             else Metric.unavailable("ratio", f"no {key} figure in this cell").to_dict()
         )  # fmt: skip
