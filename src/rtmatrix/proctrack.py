@@ -300,10 +300,18 @@ class Tracker:
                     continue
                 if seen and key not in self._seen:
                     continue  # the pid was reused by a process that is not ours
-                cmd = self._seen.get(key) or p.cmdline()
             except psutil.Error:
                 continue
-            out[key] = (p, by, cmd)
+            out[key] = (p, by, self._cmdline(p, key))
+
+    def _cmdline(self, p: psutil.Process, key: tuple[int, float]) -> list[str]:
+        """The command line now (a poll may have caught the process between fork and exec,
+        when it still showed its parent's), else the one seen while it lived."""
+        try:
+            now = p.cmdline()
+        except psutil.Error:
+            now = []
+        return now or self._seen.get(key, [])
 
     def _kill(self, procs: list[psutil.Process]) -> None:
         if self.cgroup is not None and self.cgroup.version == 2:
