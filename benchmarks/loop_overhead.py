@@ -5,7 +5,8 @@
 
 Issue 14 item 5. For each row (``llama_cpp``, ``onnxruntime``, ``onnxruntime_genai``, ``tvm_aot``)
 on the same model file (``small`` fixture, f32 by default; 2 threads, n_ctx 512, prompt 128,
-64 generated tokens, 1 warm-up + 5 counted repetitions), rounds alternate A B A B ...:
+64 generated tokens, 1 warm-up + 5 counted repetitions), each round runs A and B in a seeded
+random order:
 
 A  **tight loop**: ``loop_overhead_tight.py`` in a plain Python process of its own (no rtmatrix
    import, no supervisor) loads the file with the adapter's settings and times only the runtime
@@ -29,7 +30,7 @@ settings are compared with the harness cell's evidence; a difference is listed u
 (the tight loop copies the adapters' code: a changed adapter shows up there).
 
 Wall time: on a quiet 2-core machine with warm fixture and tool caches an estimated 10-20 s per
-round pair (llama.cpp the longest: its harness round also runs llama-bench; ``--no-reference``
+round (llama.cpp the longest: its harness round also runs llama-bench; ``--no-reference``
 skips it), so ~5-8 min for the default 6 rounds and ~1-2 min for ``--quick`` (scaled from the
 per-call times; one ``--quick`` on a 2-core machine at load average 5-7 took 6.6 min, 5.7 of
 them llama.cpp's). Output: a Markdown table on stdout, progress on stderr, ``--json FILE`` every
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -50,6 +52,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+from scipy import stats
 
 from rtmatrix.adapters.base import LoadParams
 from rtmatrix.fixtures import prepare_fixture, reference_for
@@ -316,9 +321,15 @@ def run_row(row: Row, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     _say(f"{row.name}: preparing the {args.model}/{args.dtype} {row.container} fixture ...")
     setup = _setup(row, args, tmp)
     rounds = []
+    rng = random.Random(f"{args.seed}:{row.name}")
     for i in range(args.rounds):
         rnd: dict[str, Any] = {}
-        for kind, fn in (("tight", tight_round), ("harness", harness_round)):
+        # a seeded random order per round: neither loop always follows the other (the one that
+        # runs after llama-bench or after a cold start would otherwise always be the same)
+        order = [("tight", tight_round), ("harness", harness_round)]
+        rng.shuffle(order)
+        rnd["order"] = [kind for kind, _ in order]
+        for kind, fn in order:
             before = _load()
             res = fn(setup, tmp)
             res["load_before"], res["load_after"] = before, _load()
@@ -358,10 +369,22 @@ def _round_ratios(tight: dict[str, Any], harness: dict[str, Any]) -> dict[str, A
 
 
 def _spread(values: list[Any]) -> dict[str, Any]:
+    """Median, min, max and a 95 % bootstrap interval of the median (scipy.stats.bootstrap,
+    percentile; None with fewer than 3 values)."""
     vals = [v for v in values if v is not None]
     if not vals:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
+        return {"median": None, "min": None, "max": None, "n": 0, "ci95": None}
+    ci = None
+    if len(vals) >= 3 and len(set(vals)) > 1:
+        boot = stats.bootstrap(
+            (np.asarray(vals),), np.median, confidence_level=0.95, n_resamples=4000,
+            method="percentile", random_state=0,
+        )  # fmt: skip
+        ci = [float(boot.confidence_interval.low), float(boot.confidence_interval.high)]
+    return {
+        "median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals),
+        "ci95": ci,
+    }  # fmt: skip
 
 
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -397,18 +420,25 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 # -- report ---------------------------------------------------------------------------------
 def _range(s: dict[str, Any], nd: int = 3) -> str:
+    """``median [95 % CI] (min–max)``; against the goal: **below goal** when the whole interval
+    is under it, *undecided* when the interval spans it (more rounds would tell)."""
     if s["median"] is None:
         return "-"
-    mark = " **below goal**" if nd == 3 and s["median"] < GOAL else ""
-    return f"{s['median']:.{nd}f} ({s['min']:.{nd}f}–{s['max']:.{nd}f}){mark}"
+    ci, mark = s.get("ci95"), ""
+    if nd == 3 and ci is not None:
+        mark = " **below goal**" if ci[1] < GOAL else (" *undecided*" if ci[0] < GOAL else "")
+    elif nd == 3 and s["median"] < GOAL:
+        mark = " **below goal**"
+    interval = f" [{ci[0]:.{nd}f}, {ci[1]:.{nd}f}]" if ci is not None and nd == 3 else ""
+    return f"{s['median']:.{nd}f}{interval} ({s['min']:.{nd}f}–{s['max']:.{nd}f}){mark}"
 
 
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"Harness loop ÷ tight loop, `{args.model}` {args.dtype}, {args.threads} threads, prompt "
         f"{args.prompt_tokens}, gen {args.gen_tokens}, {args.warmup} warm-up + {args.repetitions} "
-        f"reps, {args.rounds} interleaved round(s); median of per-round ratios (min–max); "
-        f"goal ≥ {GOAL}.",
+        f"reps, {args.rounds} round(s), the two loops in a seeded random order each round; median "
+        f"of per-round ratios [95 % bootstrap interval] (min–max); goal ≥ {GOAL}.",
         "",
         "| row | PP tight | PP harness | PP ratio | TG tight | TG harness | TG ratio "
         "| load avg (min–max) | contended rounds |",
@@ -461,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="llama.cpp: skip the llama-bench reference the harness runs after each cell",
     )
+    p.add_argument("--seed", type=int, default=0, help="the rounds' A/B order (default 0)")
     p.add_argument("--model", default="small")
     p.add_argument("--dtype", default="f32")
     p.add_argument("--threads", type=int, default=2)

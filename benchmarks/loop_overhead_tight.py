@@ -132,8 +132,8 @@ class LlamaCppLoop:
 
 
 class OrtLoop:
-    """``runtimes/onnxruntime/adapter.py``: the same ``SessionOptions`` (intra-op threads, one
-    inter-op thread, log level 2, ``session.record_ep_graph_assignment_info=1`` where this ORT
+    """``runtimes/onnxruntime/adapter.py``: the same ``SessionOptions`` (intra-op threads, ORT's
+    default inter-op threads, log level 2, ``session.record_ep_graph_assignment_info=1`` where this ORT
     has the API), the same default providers (every available one, CPU last), past/present KV
     tensors fed back call to call. ORT's logger callback (the adapter's log capture) is not
     installed: it is no session setting."""
@@ -145,7 +145,6 @@ class OrtLoop:
         path = path / "model.onnx" if path.is_dir() else path
         so = ort.SessionOptions()
         so.intra_op_num_threads = job["threads"]
-        so.inter_op_num_threads = 1
         so.log_severity_level = int(job["options"].get("log_severity_level", 2))
         self.api = hasattr(ort.InferenceSession, "get_provider_graph_assignment_info")
         if self.api:
@@ -203,7 +202,7 @@ class OrtLoop:
     def settings(self) -> dict[str, Any]:
         return {
             "intra_op_num_threads": self.threads,
-            "inter_op_num_threads": 1,
+            "inter_op_num_threads": "ORT default",
             "providers_passed": self.providers,
             "record_ep_graph_assignment_info": self.api,
             "used": list(self.sess.get_providers()),

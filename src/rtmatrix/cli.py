@@ -36,6 +36,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(self.usage_exit, f"{self.prog}: error: {message}\n")
 
 
+RUNTIME_HELP = "only this runtime row, or every row a sweep made of it (repeatable)"
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from rtmatrix.matrix import load_matrix
     from rtmatrix.report import render_report
@@ -43,7 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     matrix = load_matrix(Path(args.matrix))
     runtimes = set(args.runtime or [])
-    known = {rt.name for rt in matrix.runtimes}
+    known = matrix.row_names()
     if runtimes - known:
         print(
             f"rtmatrix: --runtime {sorted(runtimes - known)} not in {args.matrix}; "
@@ -54,7 +57,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         load_run(resume)  # a corrupt or newer file is refused before anything runs
-    path = _run(args, matrix, (lambda c: c.runtime in runtimes) if runtimes else None, resume)
+    rows = matrix.rows_selected(runtimes)
+    path = _run(args, matrix, (lambda c: c.runtime in rows) if runtimes else None, resume)
     record = load_run(path)
     outcomes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
@@ -412,18 +416,20 @@ def _side_spec(args: argparse.Namespace, name: str) -> Any:
     )
 
 
-def _compare_filter(args: argparse.Namespace, known: set[str]) -> Any:
+def _compare_filter(args: argparse.Namespace, matrix: Any) -> Any:
     import fnmatch
 
     from rtmatrix.results.diff import CheckError
 
     runtimes, globs = set(args.runtime or []), list(args.cell or [])
+    known = matrix.row_names()
     if runtimes - known:
         msg = f"--runtime {sorted(runtimes - known)} not in the matrix; valid: {sorted(known)}"
         raise CheckError(msg)
+    rows = matrix.rows_selected(runtimes)
 
     def only(cell: Any) -> bool:
-        if runtimes and cell.runtime not in runtimes:
+        if runtimes and cell.runtime not in rows:
             return False
         return not globs or any(fnmatch.fnmatchcase(cell.key, g) for g in globs)
 
@@ -443,7 +449,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         settings = _compare_settings(args)
         a, b = _side_spec(args, "a"), _side_spec(args, "b")
         matrix = load_matrix(Path(args.matrix))
-        only = _compare_filter(args, {rt.name for rt in matrix.runtimes})
+        only = _compare_filter(args, matrix)
         comparison, paths = run_comparison(matrix, a, b, settings, Path(args.results), only=only)
     except (CheckError, CompareError, MatrixError, ResultError, FixtureError) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
@@ -513,7 +519,7 @@ def _add_compare_cmd(sub: Any) -> None:
     )
     _add_side_args(cmp, "a", "base")
     _add_side_args(cmp, "b", "candidate")
-    cmp.add_argument("--runtime", action="append", help="only this runtime row (repeatable)")
+    cmp.add_argument("--runtime", action="append", help=RUNTIME_HELP)
     cmp.add_argument(
         "--cell", action="append", metavar="GLOB", help="only cells whose key matches (repeatable)"
     )
@@ -573,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", default="results", help="results folder (default: %(default)s)")
     run.add_argument("--report", default="reports", help="report folder (default: %(default)s)")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
-    run.add_argument("--runtime", action="append", help="only this runtime row (repeatable)")
+    run.add_argument("--runtime", action="append", help=RUNTIME_HELP)
     run.add_argument("--strict", action="store_true", help="exit 1 when any cell's verdict is FAIL")
     run.add_argument(
         "--resume",

@@ -43,6 +43,9 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         f"options = {{ providers = ['{CUDA}', '{CPU}'] }}\n"
         "[[runtimes]]\nname = 'ort_strict'\nadapter = 'onnxruntime'\n"
         f"options = {{ providers = ['{CUDA}'], disable_cpu_ep_fallback = true }}\n"
+        "[[runtimes]]\nname = 'ort_swept'\nadapter = 'onnxruntime'\n"
+        "options = { graph_optimization_level = 'basic' }\n"
+        "sweep = { allow_spinning = [false], execution_mode = ['sequential', 'parallel'] }\n"
         "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'int8']\n"
     )
     return _run(tmp_path_factory.mktemp("ort"), body)
@@ -208,3 +211,31 @@ def test_a_users_own_onnx_file_runs_without_a_reference(probe_run: dict[str, Any
     assert c["outcome"]["status"] == "ok", c["outcome"]
     assert c["parity"]["status"] == "unavailable"
     assert c["metrics"]["tg_tps"]["value"] > 0
+
+
+def test_settings_are_recorded_as_asked_and_as_the_session_reports_them(
+    tiny_run: dict[str, Any],
+) -> None:
+    plain = cell(tiny_run, "onnxruntime", "f32")["evidence"]["settings"]
+    assert plain["requested"] == {"intra_op_num_threads": 2}
+    eff = plain["effective"]  # read back from the session: ORT's own defaults where unset
+    assert eff["graph_optimization_level"] == "ORT_ENABLE_ALL"
+    assert eff["execution_mode"] == "ORT_SEQUENTIAL" and eff["intra_op_num_threads"] == 2
+    assert eff["session.intra_op.allow_spinning"] == "(ORT default)"
+    assert "intra_op_num_threads" in plain["binding_defaults"]
+    # a sweep's rows: each combination is its own row, and the session says it took the values
+    names = {c["runtime"] for c in tiny_run["cells"] if c["runtime"].startswith("ort_swept")}
+    assert names == {
+        "ort_swept[allow_spinning=false,execution_mode=sequential]",
+        "ort_swept[allow_spinning=false,execution_mode=parallel]",
+    }
+    par = cell(tiny_run, "ort_swept[allow_spinning=false,execution_mode=parallel]", "f32")
+    eff = par["evidence"]["settings"]["effective"]
+    assert par["outcome"]["status"] == "ok"
+    assert eff["execution_mode"] == "ORT_PARALLEL"
+    assert eff["graph_optimization_level"] == "ORT_ENABLE_BASIC"
+    assert eff["session.intra_op.allow_spinning"] == "0"
+    assert tiny_run["runtimes"][par["runtime"]]["sweep"] == {
+        "base": "ort_swept",
+        "values": {"allow_spinning": False, "execution_mode": "parallel"},
+    }

@@ -100,6 +100,11 @@ def test_evidence_has_manifest_label_and_runtime_only_import(tiny_run: dict[str,
     assert any("set_instrument" in f for f in ev["debug_facilities"])
     assert ev["placement"]["fallback"] is False
     assert ev["load_breakdown"]["allocator"] == "naive"
+    st = ev["settings"]  # the target the library was compiled for, the allocator, the pool
+    assert st["effective"]["allocator"] == "naive" and st["requested"]["mode"] == "aot"
+    assert st["effective"]["mcpu"] == manifest["target"]["mcpu"]
+    assert st["effective"]["llvm_cpu_features"] == len(manifest["target"]["llvm_cpu_features"])
+    assert st["effective"]["tvm_num_threads"] is not None and "allocator" in st["binding_defaults"]
     jit = cell(tiny_run, "tvm_jit")["evidence"]
     assert "compiled at load (JIT)" in jit["row_label"]
     assert jit["runtime_import"]["compiler_loaded"] is True

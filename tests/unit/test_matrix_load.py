@@ -157,3 +157,54 @@ def test_skip_variants_is_validated() -> None:
     assert m.runtimes[0].skip_variants == ("truncated",)
     with pytest.raises(MatrixError, match=r"skip_variants: unknown variant\(s\) \['rotten'\]"):
         parse(base + "skip_variants = ['rotten']\n")
+
+
+SWEEP = """
+[[runtimes]]
+name = "llama_cpp"
+options = { use_mmap = true }
+sweep = { flash_attn = ["on", "off"], n_batch_note = [1, 2, 3] }
+[[runtimes]]
+name = "onnxruntime"
+[[fixtures]]
+model = "tiny"
+"""
+
+
+def test_a_sweep_multiplies_rows_and_cells_and_names_each_combination() -> None:
+    m = parse(SWEEP)
+    swept = [rt for rt in m.runtimes if rt.base_name == "llama_cpp"]
+    assert [rt.name for rt in swept] == [
+        f"llama_cpp[flash_attn={fa},n_batch_note={n}]" for fa in ("on", "off") for n in (1, 2, 3)
+    ]
+    assert all(rt.options["use_mmap"] is True for rt in swept)
+    assert swept[3].options["flash_attn"] == "off" and swept[3].swept["n_batch_note"] == 1
+    cells = m.cells()
+    assert len(cells) == 6 + 1 and len({c.key for c in cells}) == 7
+    assert {c.options["flash_attn"] for c in cells if c.runtime.startswith("llama_cpp[")} == {
+        "on",
+        "off",
+    }
+    # --runtime takes the table's own name for all its rows, or one row by its full name
+    assert m.rows_selected({"llama_cpp"}) == {rt.name for rt in swept}
+    assert m.rows_selected({swept[0].name}) == {swept[0].name}
+    assert m.row_names() >= {"llama_cpp", "onnxruntime", swept[5].name}
+    plain = next(rt for rt in m.runtimes if rt.name == "onnxruntime")
+    assert plain.base_name == "onnxruntime" and plain.swept == {}
+
+
+@pytest.mark.parametrize(
+    ("sweep", "pattern"),
+    [
+        ("sweep = { use_mmap = [true] }\noptions = { use_mmap = false }", r"set in options too"),
+        ("sweep = { flash_attn = 'on' }", r"sweep.flash_attn: expected a non-empty list"),
+        ("sweep = { flash_attn = [] }", r"sweep.flash_attn: expected a non-empty list"),
+        ("sweep = {}", r"sweep: an empty sweep gives no rows"),
+        ("sweep = { providers = [['CPUExecutionProvider']] }", r"a list option goes in options"),
+        ("sweep = { flash_attn = ['on', 'on'] }", r"a value is listed twice"),
+    ],
+)
+def test_a_bad_sweep_names_the_key_and_the_fix(sweep: str, pattern: str) -> None:
+    text = f"[[runtimes]]\nname = 'llama_cpp'\n{sweep}\n[[fixtures]]\nmodel = 'tiny'\n"
+    with pytest.raises(MatrixError, match=r"m\.toml: runtimes\[0\]\.?.*" + pattern):
+        parse(text)

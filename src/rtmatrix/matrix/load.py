@@ -70,6 +70,7 @@ RUNTIME_KEYS = (
     "verdicts",
     "skip_variants",
     "targets",
+    "sweep",
 )
 FIXTURE_KEYS = (
     "model",
@@ -103,6 +104,14 @@ class RuntimeEntry:
     expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
     #: the [[targets]] labels this row runs on (all declared ones when the row names none)
     targets: tuple[str, ...] = ()
+    #: the [[runtimes]] name this row came from: itself, or the table a ``sweep`` expanded
+    base: str = ""
+    #: this row's values of the swept options (also merged into ``options``)
+    swept: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def base_name(self) -> str:
+        return self.base or self.name
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,14 @@ class Matrix:
 
     def target(self, label: str) -> Target:
         return next(t for t in self.targets if t.label == label)
+
+    def row_names(self) -> set[str]:
+        """Names ``--runtime`` accepts: every row's, and each swept table's own name."""
+        return {rt.name for rt in self.runtimes} | {rt.base_name for rt in self.runtimes}
+
+    def rows_selected(self, names: set[str]) -> set[str]:
+        """The rows ``--runtime NAME`` selects: the row NAME, or every row its sweep made."""
+        return {rt.name for rt in self.runtimes if rt.name in names or rt.base_name in names}
 
     def cells(self) -> list[Cell]:
         cells = []
@@ -310,16 +327,60 @@ def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list
             on = row_targets(entry.get("targets"), f"{where}.targets", targets)
         except TargetError as exc:
             raise ctx.fail(exc.key, exc.problem) from None
-        out.append(
-            RuntimeEntry(
-                entry["name"], target, options, rt_expect, verdicts, tuple(skip), kinds, on
-            )
-        )
+        for swept in _sweep(ctx, where, entry.get("sweep"), options):
+            out.append(
+                RuntimeEntry(
+                    sweep_name(entry["name"], swept) if swept else entry["name"],
+                    target, options | swept, rt_expect, verdicts, tuple(skip), kinds, on,
+                    base=entry["name"] if swept else "", swept=swept,
+                )
+            )  # fmt: skip
     names = [r.name for r in out]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ctx.fail("runtimes", f"runtime name(s) listed twice: {', '.join(dupes)}")
     return out
+
+
+def _sweep_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def sweep_name(name: str, swept: dict[str, Any]) -> str:
+    """The row name of one sweep combination: ``llama_cpp[flash_attn=off,use_mmap=false]``."""
+    return f"{name}[{','.join(f'{k}={_sweep_value(v)}' for k, v in swept.items())}]"
+
+
+def _sweep(ctx: _Ctx, where: str, raw: Any, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """``sweep = { flash_attn = ["on", "off"], use_mmap = [true, false] }``: every combination
+    of the listed option values becomes a row of its own (lists multiply cells), named
+    :func:`sweep_name`. No sweep: one row, no swept values."""
+    if raw is None:
+        return [{}]
+    table = ctx.table(raw, f"{where}.sweep")
+    if not table:
+        raise ctx.fail(f"{where}.sweep", "an empty sweep gives no rows; drop it or list values")
+    for key, values in table.items():
+        if key in options:
+            raise ctx.fail(
+                f"{where}.sweep.{key}",
+                f"{key!r} is set in options too; give it in one place (options or sweep)",
+            )
+        if not isinstance(values, list) or not values:
+            raise ctx.fail(
+                f"{where}.sweep.{key}", f"expected a non-empty list of values, got {values!r}"
+            )
+        if any(isinstance(v, list | dict) for v in values):
+            raise ctx.fail(
+                f"{where}.sweep.{key}",
+                "each value must be a string, number or boolean (a list option goes in options)",
+            )
+        if len({_sweep_value(v) for v in values}) != len(values):
+            raise ctx.fail(f"{where}.sweep.{key}", f"a value is listed twice: {values!r}")
+    keys = list(table)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*table.values())]
 
 
 def _expect_kinds(ctx: _Ctx, where: str, entry: dict[str, Any], expect: str) -> tuple[str, ...]:

@@ -306,6 +306,8 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
             "extra": info.get("extra"),
             "container": info.get("container"),
         }
+        if rt.swept:  # a row a [[runtimes]] sweep made: which table, which values
+            entry["sweep"] = {"base": rt.base_name, "values": rt.swept}
         if "error" in info:
             entry["error"] = info["error"]
         runtimes[rt.name] = entry

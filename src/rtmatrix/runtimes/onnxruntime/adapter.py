@@ -20,6 +20,11 @@ Runtime options (``[[runtimes]] options`` in the matrix):
 - ``disable_cpu_ep_fallback``: true sets ``session.disable_cpu_ep_fallback=1`` (a strict run: what
   the requested providers cannot run is a load error, not silent CPU work).
 - ``graph_optimization_level``: ``disable`` | ``basic`` | ``extended`` | ``all`` (ORT default).
+- ``execution_mode``: ``sequential`` (ORT default) | ``parallel`` (operators on the inter-op pool).
+- ``inter_op_threads``: the inter-op pool's size (ORT default 0: its own choice; only
+  ``parallel`` uses it). Intra-op threads are the matrix's ``threads`` (ORT's default, 0, is one
+  per physical core; every row gets the same threads here).
+- ``allow_spinning``: false sets ``session.intra_op.allow_spinning=0`` (ORT default: spin).
 - ``log_severity_level``: the session's log level (0 verbose … 4 fatal; default 2, warnings).
 - ``session_config``: extra ``add_session_config_entry`` pairs, e.g.
   ``{"session.intra_op.allow_spinning" = "0"}`` (ORT's defaults otherwise).
@@ -61,6 +66,16 @@ _OPT_LEVELS = {
     "basic": "ORT_ENABLE_BASIC",
     "extended": "ORT_ENABLE_EXTENDED",
     "all": "ORT_ENABLE_ALL",
+}
+_EXECUTION_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+SPINNING = "session.intra_op.allow_spinning"
+#: session config entries that change performance, read back into the settings evidence
+_CONFIG_KEYS = (SPINNING, "session.inter_op.allow_spinning", "session.disable_cpu_ep_fallback",
+                "session.set_denormal_as_zero", "session.use_env_allocators")  # fmt: skip
+#: where this row's settings differ from what ONNX Runtime (and onnxruntime_perf_test) does
+BINDING_DEFAULTS = {
+    "intra_op_num_threads": "ORT default 0 (one thread per physical core; onnxruntime_perf_test "
+    "-x 0); this row uses the matrix's threads, as every row does",
 }
 _SEVERITY = {0: "verbose", 1: "info", 2: "warning", 3: "error", 4: "fatal"}
 _MAX_LOG_LINES = 5000
@@ -162,7 +177,16 @@ class OrtAdapter(Adapter):
         ort, opts = self._ort, self._options
         so = ort.SessionOptions()
         so.intra_op_num_threads = params.threads
-        so.inter_op_num_threads = 1
+        if "inter_op_threads" in opts:
+            so.inter_op_num_threads = int(opts["inter_op_threads"])
+        mode = opts.get("execution_mode")
+        if mode is not None:
+            if mode not in _EXECUTION_MODES:
+                msg = f"execution_mode {mode!r}; valid: {', '.join(_EXECUTION_MODES)}"
+                raise ValueError(msg)
+            so.execution_mode = getattr(ort.ExecutionMode, _EXECUTION_MODES[mode])
+        if "allow_spinning" in opts:
+            so.add_session_config_entry(SPINNING, "1" if opts["allow_spinning"] else "0")
         so.log_severity_level = 0 if verbose else int(opts.get("log_severity_level", 2))
         if verbose:
             so.log_verbosity_level = 0
@@ -551,6 +575,7 @@ class OrtAdapter(Adapter):
             + f"; device {ort.get_device()}",
             "devices": self._devices(),
             "debug_facilities": self._debug_facilities(),
+            "settings": self._settings_evidence(),
             "session": {
                 "intra_op_num_threads": self._threads,
                 "providers_passed": [
@@ -569,6 +594,37 @@ class OrtAdapter(Adapter):
         if model is not None:
             ev["model"] = model
         return ev, placement
+
+    def _settings_evidence(self) -> dict[str, Any]:
+        """What the matrix asked for and what the session says it uses (its own
+        ``get_session_options()``: optimization level, execution mode, thread counts, the
+        performance-relevant config entries; ``(ORT default)`` where an entry was not set)."""
+        requested = {
+            k: self._options[k]
+            for k in ("graph_optimization_level", "execution_mode", "inter_op_threads",
+                      "allow_spinning", "session_config", "providers")
+            if k in self._options
+        } | {"intra_op_num_threads": self._threads}  # fmt: skip
+        effective: dict[str, Any] = {}
+        so = None
+        if self._sess is not None:
+            with contextlib.suppress(Exception):
+                so = self._sess.get_session_options()
+        if so is not None:
+            effective = {
+                "graph_optimization_level": str(so.graph_optimization_level).split(".")[-1],
+                "execution_mode": str(so.execution_mode).split(".")[-1],
+                "intra_op_num_threads": int(so.intra_op_num_threads),
+                "inter_op_num_threads": int(so.inter_op_num_threads),
+            }
+            for key in _CONFIG_KEYS:
+                try:
+                    value = so.get_session_config_entry(key)
+                except Exception:  # not set: ORT raises for a missing key
+                    value = None
+                effective[key] = value if value not in (None, "") else "(ORT default)"
+        return {"requested": requested, "effective": effective,
+                "binding_defaults": BINDING_DEFAULTS}  # fmt: skip
 
     def _model_info(self) -> dict[str, Any]:
         meta = self._sess.get_modelmeta()
