@@ -21,7 +21,19 @@ llama.cpp matrix (``--model``, ``--dtypes``; one cell per dtype) and reports:
     compared cell (goal at most 3 minutes).
 
 Conditions are interleaved (A/A, 3 %, 5 %, 10 %, A/A, ...) so that slow drift of the machine's
-load falls on all of them alike. Contended rounds are skipped by the comparison, as in use; the
+load falls on all of them alike.
+
+``--pool R`` (the mode the 2-core figures come from: 300 real comparisons at K = 24 would take
+~14 000 worker processes): each condition gets R paired rounds, run as interleaved chunks of
+``--chunk`` rounds (A/A, 3 %, 5 %, 10 %, A/A, ...; each chunk one ``rtmatrix compare`` with its
+own seeded AB/BA order), pooled per condition. Two estimates from the pool, both judged by the
+comparison's own decision function (``paired.decide``, Holm over every check of the cells
+judged together): **disjoint** — the pool cut into floor(R/K) blocks of K rounds, each a
+comparison that shares no process with another (few, independent); **resampled** —
+``--resamples`` draws of K of the R rounds without replacement (many, overlapping: they measure
+the decision rule on this machine's real between-process spread, not hours of drift). The
+script prints both; quote the disjoint one with its interval, the resampled one as the rule's
+rate at that spread. Contended rounds are skipped by the comparison, as in use; the
 share of skipped rounds is printed (``--contention-threshold`` changes the matrix's threshold).
 ``--json FILE`` keeps every cell's verdicts for a note.
 """
@@ -41,9 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+from scipy import stats
+
 from rtmatrix.matrix import parse_matrix
-from rtmatrix.results.comparison import Comparison
-from rtmatrix.results.paired import DEFAULT_ROUNDS, PairedVerdict
+from rtmatrix.results.comparison import DEFAULT_METRICS, Comparison
+from rtmatrix.results.paired import DEFAULT_ROUNDS, PairedVerdict, decide
 from rtmatrix.runner.compare import Settings, SideSpec, run_comparison
 
 HERE = Path(__file__).resolve().parent
@@ -140,14 +156,19 @@ def _tally(t: Tally, c: Comparison, condition: str, wall: float) -> list[dict[st
 
 
 def _one(
-    args: argparse.Namespace, matrix_path: Path, condition: str, seed: int, results: Path
+    args: argparse.Namespace,
+    matrix_path: Path,
+    condition: str,
+    seed: int,
+    results: Path,
+    rounds: int | None = None,
 ) -> tuple[Comparison, float]:
     a = SideSpec("a", args.a)
     if condition == AA:
         b = SideSpec("b", args.b)
     else:
         b = SideSpec("b", args.b, {"slowdown": float(condition.rstrip("%")) / 100}, SLOW)
-    settings = Settings(rounds=args.rounds, seed=seed)
+    settings = Settings(rounds=rounds or args.rounds, seed=seed)
     t0 = time.monotonic()
     matrix = parse_matrix(matrix_path.read_text("utf-8"), matrix_path)
     c, _ = run_comparison(matrix, a, b, settings, results, progress=lambda _line: None)
@@ -202,6 +223,105 @@ def _report(tallies: dict[str, Tally], loads: Sequence[float]) -> None:
         )
 
 
+# --------------------------------------------------------------------------- pooled mode
+def _flags(block: pd.DataFrame, condition: str) -> dict[str, bool]:
+    """Per cell of one K-round block: flagged (A/A: any regression; slowdown: tg_tps)."""
+    paired = decide(block, Settings().criteria())
+    out: dict[str, bool] = {}
+    for ch in paired.checks:
+        reg = ch.verdict is PairedVerdict.REGRESSION
+        hit = reg if condition == AA else (reg and ch.metric == "tg_tps")
+        out[ch.cell] = out.get(ch.cell, False) or hit
+    return out
+
+
+def _rate(hits: int, n: int) -> str:
+    """hits/n with a 95 % Clopper-Pearson interval (scipy.stats.binomtest)."""
+    if n == 0:
+        return "-"
+    ci = stats.binomtest(hits, n).proportion_ci(confidence_level=0.95)
+    return f"{hits}/{n} = {100 * hits / n:.1f} % [{100 * ci.low:.1f}, {100 * ci.high:.1f}]"
+
+
+def pooled_estimates(
+    pool: pd.DataFrame, condition: str, k: int, resamples: int, seed: int
+) -> dict[str, Any]:
+    """Disjoint-block and resampled flag rates of one condition's pooled rounds."""
+    judged = pool[pool["used"] & pool["metric"].isin(list(DEFAULT_METRICS))]
+    ids = sorted(judged["round"].unique())
+    out: dict[str, Any] = {"rounds": len(ids), "k": k}
+    disjoint = [_flags(judged[judged["round"].isin(ids[i : i + k])], condition)
+                for i in range(0, len(ids) - k + 1, k)]  # fmt: skip
+    rng = np.random.default_rng(seed)
+    drawn = [
+        _flags(judged[judged["round"].isin(rng.choice(ids, size=k, replace=False))], condition)
+        for _ in range(resamples if len(ids) >= k else 0)
+    ]
+    for name, blocks in (("disjoint", disjoint), ("resampled", drawn)):
+        flags = [v for b in blocks for v in b.values()]
+        out[name] = {"cells": len(flags), "flagged": sum(flags), "blocks": len(blocks)}
+    tg = judged[judged["metric"] == "tg_tps"]
+    ratios = (tg["b"] / tg["a"]).dropna()
+    out["tg_ratio_median"] = float(ratios.median()) if len(ratios) else None
+    out["tg_log_ratio_sd"] = float(np.log(ratios).std(ddof=1)) if len(ratios) > 1 else None
+    return out
+
+
+def run_pool(args: argparse.Namespace, matrix_path: Path, tmp: Path) -> dict[str, Any]:
+    conds = [AA, *(f"{lvl:g}%" for lvl in args.levels)]
+    frames: dict[str, list[pd.DataFrame]] = {c: [] for c in conds}
+    done = dict.fromkeys(conds, 0)
+    walls = dict.fromkeys(conds, 0.0)
+    loads: list[float] = []
+    step = 0
+    while any(done[c] < args.pool for c in conds):
+        for cond in conds:
+            n = min(args.chunk, args.pool - done[cond])
+            if n <= 0:
+                continue
+            c, wall = _one(args, matrix_path, cond, step, tmp / "results", rounds=n)
+            frame = c.rounds.copy()
+            frame["round"] = frame["round"] + done[cond]
+            frames[cond].append(frame)
+            done[cond] += n
+            walls[cond] += wall
+            loads.append(os.getloadavg()[0])
+            step += 1
+            print(
+                f"[pool] {cond}: {done[cond]}/{args.pool} rounds ({wall:.0f} s, load "
+                f"{loads[-1]:.2f})",
+                file=sys.stderr,
+                flush=True,
+            )
+    k = args.rounds or DEFAULT_ROUNDS
+    result: dict[str, Any] = {"k": k, "pool": args.pool, "loads": loads, "conditions": {}}
+    n_cells = len(args.dtypes)
+    print(f"pooled: {args.pool} rounds per condition, K = {k}, {n_cells} cell(s) per round")
+    print("condition  estimate   flagged (95 % CI)                 TG ratio  sd(log)  s/round")
+    for cond in conds:
+        pool = pd.concat(frames[cond], ignore_index=True)
+        est = pooled_estimates(pool, cond, k, args.resamples, args.seed)
+        est["wall_s"] = walls[cond]
+        est["s_per_round"] = walls[cond] / max(done[cond], 1)
+        est["s_per_cell_comparison"] = est["s_per_round"] * k / max(n_cells, 1)
+        result["conditions"][cond] = est
+        for name in ("disjoint", "resampled"):
+            e = est[name]
+            print(
+                f"{cond:9s}  {name:9s}  {_rate(e['flagged'], e['cells']):32s}  "
+                f"{est['tg_ratio_median'] or float('nan'):7.3f}  "
+                f"{est['tg_log_ratio_sd'] or float('nan'):7.3f}  {est['s_per_round']:7.1f}"
+            )
+    per = statistics.median(e["s_per_cell_comparison"] for e in result["conditions"].values())
+    print(f"wall time per compared cell at K = {k}: {per:.0f} s (goal <= 180 s)")
+    if loads:
+        print(
+            f"machine: {os.cpu_count()} logical cores; 1-min load average "
+            f"{min(loads):.2f}..{max(loads):.2f} (median {statistics.median(loads):.2f})"
+        )
+    return result
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--a", default=sys.executable, help="side A's python (default: this one)")
@@ -224,6 +344,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", metavar="FILE", help="write every cell comparison here")
     p.add_argument(
+        "--pool", type=int, metavar="R", help="pooled mode: R paired rounds per condition"
+    )
+    p.add_argument("--chunk", type=int, default=12, help="pooled mode: rounds per compare run")
+    p.add_argument("--resamples", type=int, default=400, help="pooled mode: K-round draws")
+    p.add_argument("--seed", type=int, default=0, help="pooled mode: the draws' seed")
+    p.add_argument(
         "--quick",
         action="store_true",
         help="smoke run: K=3, one f32 cell, 2 cell comparisons per condition, no contention skip",
@@ -239,6 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p
     )  # the workers import gate_quality_slow from here
+    if args.pool:
+        with tempfile.TemporaryDirectory(prefix="rtmatrix-compare-quality-") as tmp:
+            matrix_path = _matrix(Path(tmp), args)
+            result = run_pool(args, matrix_path, Path(tmp))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1), "utf-8")
+        return 0
     order = _plan(args, len(args.dtypes))
     tallies = {cond: Tally() for cond in dict.fromkeys(order)}
     rows: list[dict[str, Any]] = []

@@ -132,11 +132,11 @@ class LlamaCppLoop:
 
 
 class OrtLoop:
-    """``runtimes/onnxruntime/adapter.py``: the same ``SessionOptions`` (intra-op threads, ORT's
-    default inter-op threads, log level 2, ``session.record_ep_graph_assignment_info=1`` where this ORT
-    has the API), the same default providers (every available one, CPU last), past/present KV
-    tensors fed back call to call. ORT's logger callback (the adapter's log capture) is not
-    installed: it is no session setting."""
+    """``runtimes/onnxruntime/adapter.py``: the same ``SessionOptions`` (intra-op threads,
+    ORT's default inter-op threads, log level 2, ``session.record_ep_graph_assignment_info=1``
+    where this ORT has the API), the same default providers (every available one, CPU last),
+    past/present KV tensors fed back call to call. ORT's logger callback (the adapter's log
+    capture) is not installed: it is no session setting."""
 
     def __init__(self, job: dict[str, Any]) -> None:
         import onnxruntime as ort

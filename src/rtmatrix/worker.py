@@ -214,6 +214,10 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
         enter("import")
         result.runtime_version = adapter.import_runtime()
         mark("imported", time.monotonic())
+        if job.scenario != "generate":
+            from rtmatrix.scenarios import require_capability
+
+            require_capability(job.scenario, adapter)  # before the load it would waste
         enter("load")
         p = job.params
         params = LoadParams(n_ctx=p.n_ctx, threads=p.threads, options=job.options)

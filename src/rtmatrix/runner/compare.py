@@ -20,6 +20,10 @@ check and 5 % in 94 %, with 2 false alarms in 1 200 A/A cells). With ``budget_s`
 is timed and K = 1 + (budget − round 1) // (time of round 1's repeated cells), at least 2 (the
 fewest a paired test can use) and at most ``rounds`` when that is given too.
 
+The runtime's own benchmark tool (llama-bench after a llama.cpp cell, ``rtmatrix run``'s
+reference figures) is not run in the rounds: the comparison judges the harness's figures, and a
+tool run per cell and round would double its time.
+
 Judging is :func:`rtmatrix.results.comparison.build`; each side's cells (its worst record per
 cell over the rounds) are also saved as an ordinary run file, so ``rtmatrix report`` and
 ``rtmatrix diff`` read them as any run.
@@ -273,7 +277,7 @@ def prepare_side(
         )
         entry["python"] = spec.python
     record["skipped"] = skipped
-    ctx = RunContext(side_matrix, record, describe, cwd, python=spec.python)
+    ctx = RunContext(side_matrix, record, describe, cwd, python=spec.python, reference_runs=False)
     return Side(spec, env, side_matrix, describe, cells, ctx, skipped)
 
 

@@ -48,6 +48,9 @@ class RunContext:
     cwd: Path | None = None
     #: the interpreter that runs workers (another environment's, for comparisons)
     python: str | None = None
+    #: run the runtime's own benchmark tool after each performance cell (a comparison does
+    #: not: it judges the harness's figures, and a tool run per round would double its time)
+    reference_runs: bool = True
 
 
 def make_job(
@@ -197,7 +200,8 @@ def _attempts(
 def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
     """A performance cell of a row whose runtime has its own benchmark tool, that ran ok."""
     return bool(
-        ctx.describe[cell.runtime].get("reference_tool")
+        ctx.reference_runs
+        and ctx.describe[cell.runtime].get("reference_tool")
         and cell.fixture.scenario == "generate"
         and rec["outcome"]["status"] == "ok"
         and cell.options.get("reference_tool", True)

@@ -29,6 +29,18 @@ _SEE = {
 }
 
 
+def require_capability(name: str, adapter: Adapter) -> None:
+    """Raise :class:`RuntimeUnavailable` (the same reason the scenario itself gives) when the
+    runtime lacks what scenario ``name`` needs: the worker asks before loading the model, so an
+    unavailable scenario cell costs no load (a JIT row's compile, for one)."""
+    from rtmatrix.adapters.capabilities import Serving, Streaming, missing
+
+    needs = {Scenario.STREAM: Streaming, Scenario.CANCEL: Streaming, Scenario.SERVE: Serving}
+    cap = needs.get(Scenario(name)) if name in tuple(Scenario) else None
+    if cap is not None and not isinstance(adapter, cap):
+        raise RuntimeUnavailable(missing(adapter, cap, f"scenario {name!r}"))
+
+
 def run_scenario(
     name: str,
     adapter: Adapter,
