@@ -4,6 +4,8 @@ The parent samples, at its RSS sampling rate, the system-wide busy CPU time of t
 may run on (``/proc/stat``) and the CPU time of the cell's tree plus its own. Over a window (the
 counted repetitions, in ``time.monotonic()`` seconds, the clock the worker's events use) the
 difference, per second, is the number of cores something else kept busy — ``host_busy_cores``.
+A cell is contended when that exceeds the threshold by more than the reading's resolution (the
+accounting counts 10 ms ticks: over a short window the value is coarse, ``resolution_cores``).
 Steal (time a hypervisor gave the vCPU to someone else) is busy-elsewhere too; it is included
 and also reported on its own.
 
@@ -218,7 +220,9 @@ class HostCpuSampler:
     ) -> ContentionReading:
         if self.unavailable_reason:
             return _unavailable(t0, t1, threshold_cores, self.unavailable_reason)
-        return busy_cores(self.samples, t0, t1, threshold_cores, detail=self.describe())
+        return busy_cores(
+            self.samples, t0, t1, threshold_cores, detail=self.describe(), n_cpus=len(self._cpus)
+        )
 
     def _own_s(self, tree: Sequence[psutil.Process] | None) -> float | None:
         if self._cgroup is not None:
@@ -230,6 +234,15 @@ class HostCpuSampler:
         return tree_cpu_s(tree) + parent_cpu_s(with_children=True)
 
 
+def resolution_cores(span_s: float, n_cpus: int) -> float:
+    """How far a reading over ``span_s`` can be off from accounting granularity alone:
+    ``/proc/stat`` counts whole clock ticks (``SC_CLK_TCK``, 10 ms) per CPU and process times
+    count ticks too, so each side of the difference may be short by about a tick per CPU (plus
+    one for the tree, one for the parent)."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    return (n_cpus + 2) * tick / span_s
+
+
 def busy_cores(
     samples: Sequence[CpuSample],
     t0: float,
@@ -237,10 +250,13 @@ def busy_cores(
     threshold_cores: float = DEFAULT_THRESHOLD_CORES,
     *,
     detail: Mapping[str, Any] | None = None,
+    n_cpus: int = 1,
 ) -> ContentionReading:
     """Cores busy outside the cell and the parent between the first and last sample inside
-    ``[t0, t1]``; contended when above ``threshold_cores``. The value is not clipped at 0:
-    tick-based system accounting against per-process accounting can read a little below."""
+    ``[t0, t1]``; contended when above ``threshold_cores`` by more than the reading's
+    resolution (:func:`resolution_cores`: a 50 ms window on 2 CPUs resolves only ~0.8 core,
+    and would otherwise flag short cells at random). The value is not clipped at 0: tick-based
+    system accounting against per-process accounting can read a little below."""
     inside = [s for s in samples if t0 <= s.t <= t1]
     bracketed = False
     if len(inside) < 2 or inside[-1].t <= inside[0].t:
@@ -258,18 +274,19 @@ def busy_cores(
     own = (b.own_s - a.own_s) / span
     steal = (b.steal_s - a.steal_s) / span
     busy = system - own + steal
+    resolution = resolution_cores(span, n_cpus)
     info = {
         "window_s": t1 - t0,
         "span_s": span,
+        "resolution_cores": resolution,
         "n_samples": len(inside),
         "bracketing_samples": bracketed,
         "system_busy_cores": system,
         "own_cores": own,
         **(detail or {}),
     }
-    return ContentionReading(
-        busy, steal, busy > threshold_cores, threshold_cores, t0, t1, None, info
-    )
+    contended = busy - resolution > threshold_cores
+    return ContentionReading(busy, steal, contended, threshold_cores, t0, t1, None, info)
 
 
 def _unavailable(t0: float, t1: float, threshold: float, reason: str) -> ContentionReading:
