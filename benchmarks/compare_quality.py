@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/compare_quality.py --a venv1/bin/python --b venv2/bin/python
 
 It runs ``rtmatrix compare`` (:func:`rtmatrix.runner.compare.run_comparison`) over and over on a
-llama.cpp matrix (``--model``, ``--dtypes``; one cell per dtype) and reports:
+llama.cpp matrix (``--model``, default ``small``; ``--dtypes``; one cell per dtype) and reports:
 
 (a) **A/A false alarms**: side A and side B are the same wheels (``--a``/``--b``: two venvs
     with the same wheels, or by default this interpreter twice); a cell comparison is a false
