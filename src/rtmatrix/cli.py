@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -74,20 +75,36 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_NOT_OK if (failed and args.strict) else EXIT_OK
 
 
-def _report_runs(paths: list[str]) -> list[dict[str, Any]]:
+def _comparison_doc(path: Path) -> dict[str, Any] | None:
+    """A ``rtmatrix compare`` result (``comparison.json``), or None for any other file."""
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and doc.get("format") == "rtmatrix-compare" else None
+
+
+def _report_runs(
+    paths: list[str], found: list[tuple[Path, dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
     """Run records from files and folders: a folder gives every ``*.json`` in it that is a run
-    record (others, such as a diff or a baseline kept beside them, are skipped, saying so)."""
+    record (others, such as a diff or a baseline kept beside them, are skipped, saying so).
+    Paired comparisons (``comparison.json``) among them go to ``found`` when given."""
     from rtmatrix.results import ResultError, load_run
 
     runs = []
     for given in map(Path, paths):
-        if not given.is_dir():
-            runs.append(load_run(given))
-            continue
-        for path in sorted(given.glob("*.json")):
+        files = sorted(given.glob("*.json")) if given.is_dir() else [given]
+        for path in files:
+            doc = _comparison_doc(path) if found is not None else None
+            if doc is not None and found is not None:
+                found.append((path, doc))
+                continue
             try:
                 runs.append(load_run(path))
             except ResultError as exc:
+                if not given.is_dir():
+                    raise
                 print(f"rtmatrix: skipped {path}: {exc}", file=sys.stderr)
     if not runs:
         msg = f"no run records in {', '.join(paths)}"
@@ -127,12 +144,24 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rtmatrix.report import render_report
+    from rtmatrix.report import history, render_report
     from rtmatrix.results import load_run
 
-    runs = _report_runs(args.runs)
+    comparisons: list[tuple[Path, dict[str, Any]]] = []
+    runs = _report_runs(args.runs, comparisons)
     baseline = load_run(Path(args.baseline)) if args.baseline else None
-    print(f"rtmatrix: wrote {render_report(runs, Path(args.output), baseline=baseline)}")
+    out = Path(args.output)
+    paired = []
+    shown = {r["run_id"] for r in runs}
+    for path, doc in comparisons:
+        link = os.path.relpath(path.parent / "index.html", out)
+        marks = history.paired_marks(doc, link)
+        paired += marks
+        missing = {m.run_id for m in marks} - shown
+        if missing:  # its regressions have no run here to be marked at
+            print(f"rtmatrix: {path}: candidate run {sorted(missing)} not among the runs shown",
+                  file=sys.stderr)  # fmt: skip
+    print(f"rtmatrix: wrote {render_report(runs, out, baseline=baseline, paired=paired)}")
     return EXIT_OK
 
 
@@ -608,7 +637,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "runs",
         nargs="+",
-        help="result JSON files or folders of them; several runs of one matrix add its history",
+        help="result JSON files or folders of them; several runs of one matrix add its history; "
+        "a paired comparison's comparison.json (or its folder, e.g. reports/upgrade) marks its "
+        "regressions on the history, linked to its page",
     )
     rep.add_argument("-o", "--output", default="reports", help="folder (default: %(default)s)")
     rep.add_argument(

@@ -64,6 +64,40 @@ def test_report_over_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "no run records in" in capsys.readouterr().err
 
 
+def test_report_marks_a_paired_comparisons_regression_on_the_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from rtmatrix.results import save_run
+    from tests.browser.runs import history_runs
+
+    results, upgrade, out = tmp_path / "results", tmp_path / "reports" / "upgrade", tmp_path / "o"
+    results.mkdir()
+    upgrade.mkdir(parents=True)
+    runs = history_runs()
+    for run in runs:
+        save_run(run, results / f"{run['run_id']}.json")
+    newest = runs[-1]
+    cell = next(c for c in newest["cells"] if c["runtime"] == "onnxruntime_genai")
+    doc = {
+        "format": "rtmatrix-compare",
+        "settings": {"runs": {"a": "x-a.json", "b": f"gone/{newest['run_id']}-b.json"}},
+        "decisions": {"checks": [
+            {"cell": cell["key"], "metric": "tg_tps", "verdict": "regression", "ratio": 0.85,
+             "ci": [0.8, 0.9], "k": 24},
+            {"cell": cell["key"], "metric": "pp_tps", "verdict": "equivalent", "k": 24},
+        ]},
+    }  # fmt: skip
+    (upgrade / "comparison.json").write_text(json.dumps(doc))
+    assert main(["report", str(results), str(upgrade), "-o", str(out)]) == 0
+    assert "skipped" not in capsys.readouterr().err  # the comparison is read, not skipped
+    html = (out / "index.html").read_text("utf-8")
+    assert 'class="paired-link" href="../reports/upgrade/index.html"' in html
+    assert "paired comparison: tg_tps regression, ratio 0.850 [0.800, 0.900] over K = 24" in html
+    assert "pp_tps regression" not in html
+
+
 def test_fixtures_list_and_build(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -198,3 +198,31 @@ def test_cv_needs_two_values_and_a_positive_mean() -> None:
     assert history._cv([0.0, 0.0]) is None
     cv = history._cv([9.0, 11.0])
     assert cv is not None and math.isclose(cv, statistics.stdev([9, 11]) / 10)
+
+
+def test_a_paired_comparisons_regression_is_a_step_at_its_candidate_run() -> None:
+    runs = history_runs()
+    col = _col(_shown(runs), "onnxruntime_genai")
+    cell = _cell(col)
+    doc = {
+        "format": "rtmatrix-compare",
+        "settings": {"runs": {"b": f"/nowhere/{runs[1]['run_id']}-b.json"}},
+        "decisions": {"checks": [
+            {"cell": cell["key"], "metric": "tg_tps", "verdict": "regression", "ratio": 0.9,
+             "ci": [0.85, 0.95], "k": 12},
+            {"cell": cell["key"], "metric": "pp_tps", "verdict": "inconclusive", "k": 12},
+        ]},
+    }  # fmt: skip
+    marks = history.paired_marks(doc, "upgrade/index.html")
+    assert [(m.run_id, m.metric) for m in marks] == [(runs[1]["run_id"], "tg_tps")]
+    assert history.steps(col.series) == []  # nothing moved run to run
+    (step,) = history.steps(col.series, marks)
+    assert (step.order, step.mark, step.source, step.link) == (1, "-", "paired", marks[0].link)
+    assert step.metrics == {"tg_tps": "-"} and "ratio 0.900 [0.850, 0.950]" in step.text
+    lines = history._lines(col.series, history.frame(col.series), [step])
+    tg = next(ln for ln in lines if ln.metric == "tg_tps" and ln.label == "tiny/f32").points
+    assert [p.mark for p in tg] == ["", "-", ""]
+    view = history.view(col, 0, marks)
+    assert view.steps == (step,)
+    rows = {r.label: r for r in view.verdicts}
+    assert all(c is None or c.mark == "" for c in rows["tiny/f32"].cells)  # not a verdict step

@@ -13,14 +13,18 @@ fixture hash and verdict of the cell). From it come the spreads (``Column.spread
 coefficient of variation of the shown cell's repetitions, and of its medians over the runs
 where the cell was comparable (not contended, outcome ok, same fixture content). Run-to-run
 steps are marked by ``rtmatrix.results.diff.compare_cells`` between consecutive runs, the same
-test ``rtmatrix diff`` applies.
+test ``rtmatrix diff`` applies. A regression a paired comparison (``rtmatrix compare``, its
+``comparison.json``) found is marked at its candidate side's run, with a link to the
+comparison's page, where its explanation is (``PairedMark``).
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -271,6 +275,53 @@ class Step:
     verdicts: str  # "PASS (ok) → FAIL (wrong-output)"
     comparable: bool  # False when fixture content, params or machine differ (not contention)
     metrics: dict[str, str]  # metric -> its own mark where it moved (- or +)
+    link: str = ""  # a paired comparison's page (its explanation), for a step it found
+    source: str = "diff"  # "diff": against the run before; "paired": a paired comparison
+
+
+@dataclass(frozen=True)
+class PairedMark:
+    """A regression a paired comparison found: the candidate side's run, the cell, the metric,
+    what the comparison said, and a link to its page."""
+
+    run_id: str
+    key: str
+    metric: str
+    text: str
+    link: str
+
+
+def _side_run_id(path: str, side: str) -> str:
+    """The run id of a comparison side's run file (``<run_id>-<side>.json``)."""
+    with_file = Path(path)
+    try:
+        return str(json.loads(with_file.read_text("utf-8"))["run_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        name = with_file.name
+        suffix = f"-{side}.json"
+        return name[: -len(suffix)] if name.endswith(suffix) else with_file.stem
+
+
+def paired_marks(doc: Mapping[str, Any], link: str) -> list[PairedMark]:
+    """The regressions of one ``comparison.json`` (format ``rtmatrix-compare``), to be marked at
+    its candidate side's run (side ``b``)."""
+    runs = (doc.get("settings") or {}).get("runs") or {}
+    if not runs.get("b"):
+        return []
+    run_id = _side_run_id(str(runs["b"]), "b")
+    out = []
+    for ch in (doc.get("decisions") or {}).get("checks", []):
+        if ch.get("verdict") != "regression":
+            continue
+        ratio, ci = ch.get("ratio"), ch.get("ci")
+        said = f"paired comparison: {ch['metric']} regression"
+        if isinstance(ratio, int | float):
+            said += f", ratio {ratio:.3f}"
+        if isinstance(ci, list | tuple) and len(ci) == 2:
+            said += f" [{ci[0]:.3f}, {ci[1]:.3f}]"
+        said += f" over K = {ch.get('k')} paired rounds"
+        out.append(PairedMark(run_id, str(ch["cell"]), str(ch["metric"]), said, link))
+    return out
 
 
 def _step_text(diff: CellDiff) -> str:
@@ -279,9 +330,25 @@ def _step_text(diff: CellDiff) -> str:
     return "; ".join([*diff.reasons, *said]) or f"verdict {diff.candidate.verdict}"
 
 
-def steps(series: Sequence[Column]) -> list[Step]:
+def steps(series: Sequence[Column], paired: Sequence[PairedMark] = ()) -> list[Step]:
     """Each cell against the previous run that had it (``compare_cells``, default checks):
-    every mark but ``=`` and ``~`` is a step."""
+    every mark but ``=`` and ``~`` is a step; then each paired comparison's regression at its
+    candidate run (a ``-`` on its metric, linked to the comparison)."""
+    out = _diff_steps(series)
+    vary = varying_params(c for col in series for _, c in col.cells)
+    for order, col in enumerate(series):
+        here = [m for m in paired if m.run_id == col.run.get("run_id")]
+        for anchor, cell in col.cells:
+            for m in (m for m in here if m.key == cell["key"]):
+                verdict = f"{cell['verdict']} ({cell['outcome']['status']})"
+                out.append(
+                    Step(order, m.key, cell_label(cell, vary), anchor, "-", m.text, verdict,
+                         True, {m.metric: "-"}, link=m.link, source="paired")
+                )  # fmt: skip
+    return out
+
+
+def _diff_steps(series: Sequence[Column]) -> list[Step]:
     out: list[Step] = []
     last: dict[str, tuple[Column, dict[str, Any]]] = {}
     checks = default_checks()
@@ -375,23 +442,30 @@ def _run_heads(series: Sequence[Column]) -> tuple[RunHead, ...]:
 
 
 def _points(
-    table: pd.DataFrame, key: str, metric: str, marks: dict[tuple[int, str], Step]
+    table: pd.DataFrame, key: str, metric: str, marks: Mapping[tuple[int, str], Sequence[Step]]
 ) -> tuple[HistPoint, ...]:
     rows = table[(table["key"] == key) & (table["metric"] == metric)].dropna(subset=["median"])
     out = []
     for r in rows.to_dict("records"):
-        step = marks.get((int(r["order"]), key))
-        mark = "" if step is None else step.metrics.get(metric, "")
-        if step is not None and step.mark in VERDICT_MARKS:
-            mark = step.mark
-        comparable = step is None or step.comparable
+        found = marks.get((int(r["order"]), key), ())
+        mark = next((m for s in found if (m := s.metrics.get(metric, ""))), "")
+        verdict = next((s.mark for s in found if s.mark in VERDICT_MARKS), "")
+        mark = verdict or mark
+        comparable = all(s.comparable for s in found)
         hp = HistPoint(int(r["order"]), float(r["median"]), float(r["min"]), float(r["max"]))
         out.append(replace(hp, contended=bool(r["contended"]), comparable=comparable, mark=mark))
     return tuple(out)
 
 
+def _marks(found: Sequence[Step]) -> dict[tuple[int, str], list[Step]]:
+    marks: dict[tuple[int, str], list[Step]] = {}
+    for s in found:
+        marks.setdefault((s.order, s.key), []).append(s)
+    return marks
+
+
 def _lines(series: Sequence[Column], table: pd.DataFrame, found: Sequence[Step]) -> list[HistLine]:
-    marks = {(s.order, s.key): s for s in found}
+    marks = _marks(found)
     cells = list({c["key"]: c for c in plain_cells(series)}.values())[:MAX_LINES]
     vary = varying_params(cells)
     lines = []
@@ -404,7 +478,7 @@ def _lines(series: Sequence[Column], table: pd.DataFrame, found: Sequence[Step])
 
 
 def _verdict_rows(series: Sequence[Column], found: Sequence[Step]) -> tuple[VerdictRow, ...]:
-    marks = {(s.order, s.key): s for s in found}
+    marks = {(s.order, s.key): s for s in found if s.source == "diff"}
     keys = list(dict.fromkeys(c["key"] for col in series for _, c in col.cells))
     samples = {c["key"]: c for col in series for _, c in col.cells}
     vary = varying_params(samples.values())
@@ -473,11 +547,11 @@ def data_table(table: pd.DataFrame) -> Table:
     return Table("history", TABLE_HEAD, rows, caption)
 
 
-def view(col: Column, index: int) -> HistoryView:
+def view(col: Column, index: int, paired: Sequence[PairedMark] = ()) -> HistoryView:
     """The history section for one shown column with a series of runs."""
     series = col.series
     table = frame(series)
-    found = steps(series)
+    found = steps(series, paired)
     runs = _run_heads(series)
     events = [(s.order, f"{s.mark} {s.label}") for s in found if s.mark in VERDICT_MARKS]
     pid = f"history-{index}"
@@ -502,5 +576,5 @@ def attach(cols: Sequence[Column]) -> None:
         attach_spreads(col, frame(col.series) if col.series else None)
 
 
-def views(cols: Sequence[Column]) -> list[HistoryView]:
-    return [view(col, i) for i, col in enumerate(cols) if col.series]
+def views(cols: Sequence[Column], paired: Sequence[PairedMark] = ()) -> list[HistoryView]:
+    return [view(col, i, paired) for i, col in enumerate(cols) if col.series]

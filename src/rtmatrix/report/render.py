@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def render_html(
     runs: list[dict[str, Any]],
     baseline: dict[str, Any] | None = None,
     comparison: upgrade.ComparisonView | None = None,
+    paired: Sequence[history.PairedMark] = (),
 ) -> str:
     """The page for ``runs`` (ordered by time here), with an upgrade view against ``baseline``
     and/or a paired comparison first; upgrade pages leave out runtime rows that did not run.
@@ -106,7 +108,7 @@ def render_html(
         "cols": cols,
         "every": every,
         "left_out": history.left_out(every, cols),
-        "history": history.views(cols),
+        "history": history.views(cols, paired),
         "summary": views.summary(runs, cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
@@ -130,9 +132,11 @@ def render_report(
     out_dir: Path,
     baseline: dict[str, Any] | None = None,
     comparison: upgrade.ComparisonView | None = None,
+    paired: Sequence[history.PairedMark] = (),
 ) -> Path:
-    """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path."""
-    html = render_html(runs, baseline, comparison)
+    """Write ``out_dir/index.html`` for ``runs`` (newest last); returns its path. ``paired``:
+    regressions paired comparisons found, marked on the history (``history.paired_marks``)."""
+    html = render_html(runs, baseline, comparison, paired)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "index.html"
     tmp = path.with_suffix(".html.tmp")
