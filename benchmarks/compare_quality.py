@@ -271,7 +271,7 @@ def pooled_estimates(
         flags = [v for b in blocks for v in b.values()]
         out[name] = {"cells": len(flags), "flagged": sum(flags), "blocks": len(blocks),
                      "regressions_by_metric": per[name]}  # fmt: skip
-    d = np.log(judged["b"] / judged["a"])
+    d = pd.Series(np.log(judged["b"] / judged["a"]), index=judged.index)
     out["mean_log_ratio_by_metric"] = {
         str(m): float(v) for m, v in d.groupby(judged["metric"]).mean().items()
     }
