@@ -49,6 +49,8 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "apache-tvm": ("mlc", ("tvm_aot", "tvm_jit")),
     "onnxruntime-openvino": ("onnxruntime-openvino", ("ort_openvino", "ort_cpu_control")),
 }
+#: upgrades whose matrix rows run int8 ONNX fixtures (the parent quantizes them with ORT)
+QUANTIZED_WITH_ORT = ("onnxruntime", "onnxruntime-genai", "onnxruntime-openvino")
 RESULTS = Path("results")
 UPGRADE_REPORT = Path("reports/upgrade")
 
@@ -160,7 +162,9 @@ def upgrade(session: nox.Session) -> None:
         "usage: nox -s upgrade -- DIST OLD NEW [MATRIX] [rtmatrix compare flags ...]\n"
         "  e.g. nox -s upgrade -- onnxruntime 1.31.1 1.32.0 matrix/ci.toml --rounds 12",
     )
-    session.install("-e", ".")  # the parent: rounds, judging, report (no runtime)
+    # the parent: rounds, judging, report, fixtures; it imports no runtime, but int8 ONNX
+    # fixtures are quantized (in a child of the parent) with onnxruntime's quantizer
+    session.install("-e", ".[onnxruntime]" if dist in QUANTIZED_WITH_ORT else ".")
     py_old, py_new = _version_venv(session, dist, old), _version_venv(session, dist, new)
     out = UPGRADE_REPORT
     session.log(f"comparing {dist} {old} ({py_old}) with {new} ({py_new}); report in {out}/")

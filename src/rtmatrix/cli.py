@@ -467,6 +467,7 @@ def _compare_filter(args: argparse.Namespace, matrix: Any) -> Any:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rtmatrix.fixtures import FixtureError
+    from rtmatrix.fixtures.spec import ExporterUnavailable
     from rtmatrix.matrix import MatrixError, load_matrix
     from rtmatrix.report.upgrade import markdown, render_comparison
     from rtmatrix.results import ResultError, load_run
@@ -482,6 +483,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         comparison, paths = run_comparison(matrix, a, b, settings, Path(args.results), only=only)
     except (CheckError, CompareError, MatrixError, ResultError, FixtureError) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
+        return BAD
+    except ExporterUnavailable as exc:  # the parent writes the fixtures: it needs the exporters
+        print(f"rtmatrix: error: cannot prepare the fixtures here: {exc}", file=sys.stderr)
         return BAD
     doc = comparison.to_dict()
     summary = markdown(doc)
