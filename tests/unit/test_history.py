@@ -226,3 +226,11 @@ def test_a_paired_comparisons_regression_is_a_step_at_its_candidate_run() -> Non
     assert view.steps == (step,)
     rows = {r.label: r for r in view.verdicts}
     assert all(c is None or c.mark == "" for c in rows["tiny/f32"].cells)  # not a verdict step
+
+
+def test_a_comparison_side_run_is_history_but_not_the_shown_column() -> None:
+    runs = history_runs()
+    runs[-1]["comparison_side"] = "b"  # the newest run: a paired comparison's side (few cells)
+    col = _col(_shown(runs), "llama_cpp")
+    assert col.run["run_id"] == runs[-2]["run_id"]
+    assert [s.run["run_id"] for s in col.series] == [r["run_id"] for r in runs]

@@ -91,7 +91,9 @@ def shown_columns(cols: Sequence[Column]) -> list[Column]:
     """One column per matrix, runtime row and target (``rtmatrix.fleet``; None for a run on one
     machine): the newest run with cells for it, its ``series``
     set to the row's columns in every run of that matrix that has cells (oldest first) when
-    there are several. Rows without cells in any run are left out (``left_out``)."""
+    there are several. Rows without cells in any run are left out (``left_out``). A paired
+    comparison's side run (``comparison_side``: only the cells it compared) is in the history
+    but shown only when the row has no whole run."""
     groups: dict[tuple[str, str, str | None], list[Column]] = {}
     for col in cols:
         groups.setdefault((matrix_of(col.run), col.runtime, col.target), []).append(col)
@@ -99,7 +101,8 @@ def shown_columns(cols: Sequence[Column]) -> list[Column]:
     for series in groups.values():
         with_cells = [c for c in series if c.cells]
         if with_cells:
-            newest = with_cells[-1]
+            whole = [c for c in with_cells if not c.run.get("comparison_side")]
+            newest = (whole or with_cells)[-1]
             newest.series = with_cells if len(with_cells) > 1 else []
             shown.append(newest)
     return shown

@@ -736,7 +736,9 @@ def history_plot(
             _draw_line(ax, ln, colour, panel.scale)
         for x, _ in events:
             ax.axvline(x, color="#c0392b", linestyle=":", linewidth=0.9)
-        ax.set_xticks(range(len(runs)), list(runs), fontsize=7)
+        # more than three runs: the version/date labels are tilted so they do not overlap
+        tilt = {"rotation": 35, "ha": "right"} if len(runs) > 3 else {}
+        ax.set_xticks(range(len(runs)), list(runs), fontsize=7, **tilt)
         ax.set_xlim(-0.5, len(runs) - 0.5)
         ax.set_ylabel(panel.ylabel)
         _history_ylim(ax)
