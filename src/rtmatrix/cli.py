@@ -96,16 +96,16 @@ def _report_runs(
     for given in map(Path, paths):
         files = sorted(given.glob("*.json")) if given.is_dir() else [given]
         for path in files:
-            doc = _comparison_doc(path) if found is not None else None
-            if doc is not None and found is not None:
-                found.append((path, doc))
-                continue
             try:
                 runs.append(load_run(path))
             except ResultError as exc:
-                if not given.is_dir():
+                doc = _comparison_doc(path) if found is not None else None
+                if doc is not None and found is not None:
+                    found.append((path, doc))
+                elif given.is_dir():
+                    print(f"rtmatrix: skipped {path}: {exc}", file=sys.stderr)
+                else:
                     raise
-                print(f"rtmatrix: skipped {path}: {exc}", file=sys.stderr)
     if not runs:
         msg = f"no run records in {', '.join(paths)}"
         raise ResultError(msg)

@@ -82,7 +82,8 @@ def test_report_marks_a_paired_comparisons_regression_on_the_history(
     cell = next(c for c in newest["cells"] if c["runtime"] == "onnxruntime_genai")
     doc = {
         "format": "rtmatrix-compare",
-        "settings": {"runs": {"a": "x-a.json", "b": f"gone/{newest['run_id']}-b.json"}},
+        "settings": {"runs": {"a": "x-a.json", "b": "gone/x-b.json"},
+                     "run_ids": {"a": "x", "b": newest["run_id"]}},
         "decisions": {"checks": [
             {"cell": cell["key"], "metric": "tg_tps", "verdict": "regression", "ratio": 0.85,
              "ci": [0.8, 0.9], "k": 24},

@@ -81,6 +81,8 @@ def test_a_vs_a_is_never_a_regression(tmp_path: Path, repo: Path) -> None:
     assert (procs.groupby("round")["side"].nunique() == 2).all()  # one process per side a round
     run_a = load_run(paths["a"])
     assert len(run_a["cells"]) == 1 and run_a["runtimes"]["np"]["version"]
+    run_ids = c.settings["run_ids"]  # type: ignore[attr-defined]
+    assert run_ids == {"a": run_a["run_id"], "b": load_run(paths["b"])["run_id"]}
     assert sum("[round" in ln for ln in lines) == 3
 
 

@@ -49,3 +49,21 @@ def test_error_result_is_written(tmp_path: Path) -> None:
     assert result.error_kind  # always classified, "unclassified" at worst
     events = read_events(tmp_path / "events.jsonl")
     assert [e.phase for e in events if e.phase] == ["adapter", "import", "load"]
+
+
+def test_a_scenario_the_runtime_cannot_run_is_unavailable_before_the_load(tmp_path: Path) -> None:
+    # RaisingAdapter fails in load(); it offers no Streaming: the load must never be reached
+    job = tmp_path / "job.json"
+    params = JobParams(n_ctx=64, threads=1, prompt_tokens=4, gen_tokens=2, repetitions=1, warmup=0)
+    Job(
+        adapter="tests.helpers.adapters:RaisingAdapter",
+        model_path="x.gguf",
+        params=params,
+        scenario="stream",
+    ).write(job)
+    main([str(job)])
+    result = WorkerResult.parse(json.loads((tmp_path / "result.json").read_text()), "result")
+    assert result.status == "unavailable", result.message
+    assert "does not offer the Streaming capability" in (result.message or "")
+    events = read_events(tmp_path / "events.jsonl")
+    assert "load" not in [e.phase for e in events if e.phase]

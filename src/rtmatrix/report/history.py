@@ -20,7 +20,6 @@ comparison's page, where its explanation is (``PairedMark``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -294,24 +293,22 @@ class PairedMark:
     link: str
 
 
-def _side_run_id(path: str, side: str) -> str:
-    """The run id of a comparison side's run file (``<run_id>-<side>.json``)."""
-    with_file = Path(path)
-    try:
-        return str(json.loads(with_file.read_text("utf-8"))["run_id"])
-    except (OSError, ValueError, KeyError, TypeError):
-        name = with_file.name
-        suffix = f"-{side}.json"
-        return name[: -len(suffix)] if name.endswith(suffix) else with_file.stem
+def _candidate_run_id(settings: Mapping[str, Any]) -> str | None:
+    """Side ``b``'s run id: recorded in ``settings.run_ids``; a comparison written before that
+    names it only in its run file's name (``<run_id>-b.json``)."""
+    run_id = (settings.get("run_ids") or {}).get("b")
+    if run_id:
+        return str(run_id)
+    name = Path(str((settings.get("runs") or {}).get("b") or "")).name
+    return name.removesuffix("-b.json") if name.endswith("-b.json") else None
 
 
 def paired_marks(doc: Mapping[str, Any], link: str) -> list[PairedMark]:
     """The regressions of one ``comparison.json`` (format ``rtmatrix-compare``), to be marked at
     its candidate side's run (side ``b``)."""
-    runs = (doc.get("settings") or {}).get("runs") or {}
-    if not runs.get("b"):
+    run_id = _candidate_run_id(doc.get("settings") or {})
+    if run_id is None:
         return []
-    run_id = _side_run_id(str(runs["b"]), "b")
     out = []
     for ch in (doc.get("decisions") or {}).get("checks", []):
         if ch.get("verdict") != "regression":

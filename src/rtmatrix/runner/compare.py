@@ -440,6 +440,7 @@ def run_comparison(
         "matrix": str(matrix.path),
         "round_s": rounds.round_s,
         "runs": {name: str(p) for name, p in paths.items()},
+        "run_ids": {name: str(side.ctx.record["run_id"]) for name, side in sides.items()},
     }
     comparison = build(
         rounds.records,
