@@ -184,7 +184,9 @@ class Tracker:
         return {MARKER_ENV: self.token} if self.token else {}
 
     def start(self, pid: int) -> None:
-        """Right after the worker is spawned: move it into the cgroup, remember who it is."""
+        """Right after the worker is spawned: move it into the cgroup, remember who it is.
+        A child the worker started before the move (the parent was slow to get here: a busy
+        machine) would stay outside the cgroup, so the worker's descendants are moved too."""
         with contextlib.suppress(psutil.Error):
             self._root = psutil.Process(pid)
             self._worker = (pid, self._root.create_time())
@@ -196,6 +198,14 @@ class Tracker:
             self.cgroup_reason = f"cannot move the worker into {self.cgroup.path}: {exc.strerror}"
             self._drop_cgroup()
             self._nets = self._which_nets()
+            return
+        early: list[psutil.Process] = []
+        if self._root is not None:
+            with contextlib.suppress(psutil.Error):
+                early = self._root.children(recursive=True)
+        for child in early:
+            with contextlib.suppress(OSError):  # gone meanwhile: nothing to move
+                self.cgroup.procs.write_text(str(child.pid))
 
     def tree(self) -> list[psutil.Process]:
         """The cell's live processes now, the worker first if alive: the cgroup's members where

@@ -207,3 +207,19 @@ def test_tree_lists_the_worker_first_then_its_processes(mode: str, tag: str) -> 
         p.wait()
         tr.finish()
     assert not _with_tag(tag)
+
+
+def test_a_child_forked_before_the_worker_was_moved_into_the_cgroup_is_moved_too(tag: str) -> None:
+    # the parent is slow to call start() (a loaded machine): the worker has already started a
+    # child outside the cgroup; start() moves the worker's descendants too, so the cgroup names it
+    tr = _tracker("cgroup")
+    p = subprocess.Popen([sys.executable, "-c", _session_leaver(tag)], env=os.environ | tr.env())
+    deadline = time.monotonic() + 10
+    while not psutil.Process(p.pid).children() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert psutil.Process(p.pid).children(), "the worker did not start its child"
+    tr.start(p.pid)
+    p.wait()
+    leaks = tr.finish()
+    assert [lk.found_by for lk in leaks] == [FoundBy.CGROUP]
+    assert not _with_tag(tag)
