@@ -64,6 +64,26 @@ def test_phases_from_rounds_say_which_phase_moved() -> None:
     assert phases_from_rounds(frame[frame["metric"] == "license"], 0.01) == []
 
 
+def test_a_phase_the_comparison_judged_keeps_the_comparisons_verdict() -> None:
+    from dataclasses import replace
+
+    from rtmatrix.results.comparison import rounds_table
+    from rtmatrix.results.paired import PairedVerdict
+
+    frame = rounds_table(rounds_of(12, b={"load": 1.4}))
+    own = {p.metric: p for p in phases_from_rounds(frame, 0.01)}
+    assert not own["tg_tps"].moved  # its own family: decode did not move
+    # the comparison judged tg_tps (e.g. alone, at a looser alpha) and found a regression:
+    # the explanation of that regression must say decode moved, not the opposite
+    from rtmatrix.results.paired import decide
+
+    tg = decide(frame[frame["metric"] == "tg_tps"]).checks[0]
+    judged = {"tg_tps": replace(tg, verdict=PairedVerdict.REGRESSION)}
+    phases = {p.phase: p for p in phases_from_rounds(frame, 0.01, judged)}
+    assert phases["decode"].moved and phases["decode"].verdict == "regression"
+    assert phases["load"].moved  # the rest is still judged in its own family
+
+
 def test_a_cell_that_failed_is_explained_from_its_records() -> None:
     a = [record()]
     b = [record(status="error", verdict="FAIL", stderr="unknown model architecture: 'x'")]

@@ -446,6 +446,7 @@ def build(
             used[used["cell"] == key],
             sides,
             alpha,
+            {c.metric: c for c in paired.checks if c.cell == key},
         )
         for key in by_cell
         if key in flagged

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from rtmatrix.results.diff import outcome_rank
-from rtmatrix.results.paired import PairedVerdict, decide
+from rtmatrix.results.paired import PairedCheck, PairedVerdict, decide
 
 # phase -> the metric that times it (the order is the cell's own order)
 PHASES: tuple[tuple[str, str], ...] = (
@@ -218,13 +218,17 @@ def _num(x: float | None) -> str:
     return "unavailable" if x is None else f"{x:.4g}"
 
 
-def phases_from_rounds(rounds: pd.DataFrame, alpha: float) -> list[PhaseChange]:
-    """The phase metrics of one cell's usable paired rounds, judged as their own family."""
+def phases_from_rounds(
+    rounds: pd.DataFrame, alpha: float, judged: Mapping[str, PairedCheck] | None = None
+) -> list[PhaseChange]:
+    """The phase metrics of one cell's usable paired rounds, judged as their own family; a
+    metric the comparison itself judged (``judged``: e.g. ``tg_tps`` for decode) keeps the
+    comparison's decision, so the explanation never contradicts the verdict it explains."""
     wanted = [m for _, m in PHASES]
     rows = rounds[rounds["metric"].isin(wanted)]
     if rows.empty:
         return []
-    checks = {c.metric: c for c in decide(rows, alpha=alpha).checks}
+    checks = {c.metric: c for c in decide(rows, alpha=alpha).checks} | dict(judged or {})
     out = []
     for phase, metric in PHASES:
         c = checks.get(metric)
@@ -392,6 +396,7 @@ def explain(
     rounds: pd.DataFrame,
     sides: Mapping[str, Mapping[str, Any]],
     alpha: float,
+    judged: Mapping[str, PairedCheck] | None = None,
 ) -> Explanation:
     """Explain one cell from its records on each side (every round), its usable paired rounds
     (``rounds``: this cell's rows, all metrics) and the sides' descriptions (``adapter``,
@@ -404,7 +409,7 @@ def explain(
     )
     dists = {s: dict((sides[s].get("environment") or {}).get("distributions") or {}) for s in "ab"}
     settings, compared = settings_differences(first_a, first_b, sides["a"], sides["b"])
-    phases = phases_from_rounds(rounds, alpha)
+    phases = phases_from_rounds(rounds, alpha, judged)
     worst_a = max(recs_a, key=outcome_rank) if recs_a else None
     worst_b = max(recs_b, key=outcome_rank) if recs_b else None
     return Explanation(
