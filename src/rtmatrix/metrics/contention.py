@@ -4,8 +4,8 @@ The parent samples, at its RSS sampling rate, the system-wide busy CPU time of t
 may run on (``/proc/stat``) and the CPU time of the cell's tree plus its own. Over a window (the
 counted repetitions, in ``time.monotonic()`` seconds, the clock the worker's events use) the
 difference, per second, is the number of cores something else kept busy — ``host_busy_cores``.
-A cell is contended when that exceeds the threshold by more than the reading's resolution (the
-accounting counts 10 ms ticks: over a short window the value is coarse, ``resolution_cores``).
+Over a short window the value is coarse (the accounting counts 10 ms ticks): its
+``resolution_cores`` is in the detail.
 Steal (time a hypervisor gave the vCPU to someone else) is busy-elsewhere too; it is included
 and also reported on its own.
 
@@ -253,10 +253,12 @@ def busy_cores(
     n_cpus: int = 1,
 ) -> ContentionReading:
     """Cores busy outside the cell and the parent between the first and last sample inside
-    ``[t0, t1]``; contended when above ``threshold_cores`` by more than the reading's
-    resolution (:func:`resolution_cores`: a 50 ms window on 2 CPUs resolves only ~0.8 core,
-    and would otherwise flag short cells at random). The value is not clipped at 0: tick-based
-    system accounting against per-process accounting can read a little below."""
+    ``[t0, t1]``; contended when above ``threshold_cores``. ``resolution_cores`` in the detail
+    says how coarse the reading is (:func:`resolution_cores`: a 50 ms window on 2 CPUs resolves
+    only ~0.8 core, so a short cell can read contended on tick noise alone; subtracting it
+    missed a real 2-process hog beside a short cell, so it is reported, not subtracted). The
+    value is not clipped at 0: tick-based system accounting against per-process accounting can
+    read a little below."""
     inside = [s for s in samples if t0 <= s.t <= t1]
     bracketed = False
     if len(inside) < 2 or inside[-1].t <= inside[0].t:
@@ -285,7 +287,7 @@ def busy_cores(
         "own_cores": own,
         **(detail or {}),
     }
-    contended = busy - resolution > threshold_cores
+    contended = busy > threshold_cores  # resolution is reported, not subtracted (see docstring)
     return ContentionReading(busy, steal, contended, threshold_cores, t0, t1, None, info)
 
 
