@@ -36,15 +36,29 @@ script prints both; quote the disjoint one with its interval, the resampled one 
 rate at that spread. Contended rounds are skipped by the comparison, as in use; the
 share of skipped rounds is printed (``--contention-threshold`` changes the matrix's threshold).
 ``--json FILE`` keeps every cell's verdicts for a note.
+
+``--ledger FILE`` (independent mode) appends one CSV row per check of every comparison as it
+ends (time, condition, cell, metric, verdict, ratio, raw and Holm p-values, K, load, the two
+pythons, the rtmatrix commit), so comparisons made in separate sessions add up to the 300 the
+A/A goal needs; an interrupted run keeps what it finished. ``--summarize FILE`` reads a ledger
+and prints, per condition, the flagged cell comparisons with a Clopper–Pearson interval and the
+regressions per metric, and for A/A a calibration check that needs far fewer comparisons than
+the flag count: under identical sides each throughput check's raw one-sided p-value is uniform
+on [0, 1], so the share at or below 0.05 / 0.10 and a Kolmogorov–Smirnov test
+(``scipy.stats.kstest``) show a side offset or dependence between rounds long before a 1 %
+flag rate can be resolved.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime as dt
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -343,6 +357,112 @@ def run_pool(args: argparse.Namespace, matrix_path: Path, tmp: Path) -> dict[str
     return result
 
 
+# --------------------------------------------------------------------------- ledger
+LEDGER_COLUMNS = (
+    "utc", "comparison", "condition", "cell", "metric", "verdict", "ratio", "sd_log", "k",
+    "p_worse", "p_better", "p_worse_holm", "min_effect", "alpha", "checks_in_family",
+    "wall_s", "load_1min", "python_a", "python_b", "commit", "host",
+)  # fmt: skip
+THROUGHPUT = ("pp_tps", "tg_tps")
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=False, timeout=10,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def ledger_rows(
+    c: Comparison, condition: str, wall: float, load: float, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """One row per check of one finished comparison (``LEDGER_COLUMNS``); missing: empty."""
+    utc = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ident = f"{utc}-{os.getpid()}-{condition}"
+    checks = c.paired.checks
+    rows = []
+    for ch in checks:
+        rows.append(
+            {
+                "utc": utc, "comparison": ident, "condition": condition, "cell": ch.cell,
+                "metric": ch.metric, "verdict": str(ch.verdict), "ratio": ch.ratio,
+                "sd_log": ch.sd_log, "k": ch.k, "p_worse": ch.p_worse,
+                "p_better": ch.p_better, "p_worse_holm": ch.p_worse_holm,
+                "min_effect": ch.min_effect, "alpha": ch.alpha,
+                "checks_in_family": len(checks), "wall_s": round(wall, 1),
+                "load_1min": round(load, 2), "python_a": args.a, "python_b": args.b,
+                "commit": args.commit, "host": os.uname().nodename,
+            }
+        )  # fmt: skip
+    return rows
+
+
+def append_ledger(path: Path, rows: Sequence[dict[str, Any]], c: Comparison) -> None:
+    """Append the checks to ``path`` and the judged metrics' paired rounds (a, b, order, used)
+    to ``<path stem>.rounds.csv``, so a later rule can be judged on the same rounds."""
+    new = not path.exists() or path.stat().st_size == 0
+    with path.open("a", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=LEDGER_COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    if not rows:
+        return
+    rounds = c.rounds[c.rounds["metric"].isin(list(DEFAULT_METRICS))]
+    keep = [col for col in ("cell", "metric", "round", "a", "b", "order", "used") if col in rounds]
+    out = rounds[keep].assign(comparison=rows[0]["comparison"])
+    side = path.with_suffix(".rounds.csv")
+    out.to_csv(side, mode="a", header=not side.exists() or side.stat().st_size == 0, index=False)
+
+
+def summarize_ledger(path: Path) -> str:
+    """Flag rates per condition and the A/A p-value calibration, from a ledger CSV."""
+    df = pd.read_csv(path)
+    lines = [f"ledger {path}: {df['comparison'].nunique()} comparisons, {len(df)} checks, "
+             f"{df['utc'].min()} .. {df['utc'].max()}"]  # fmt: skip
+    lines.append(
+        f"K {sorted(df['k'].dropna().astype(int).unique().tolist())}; load 1-min "
+        f"{df['load_1min'].min():.2f}..{df['load_1min'].max():.2f} "
+        f"(median {df['load_1min'].median():.2f}); wall per cell comparison median "
+        f"{df.groupby(['comparison', 'cell'])['wall_s'].first().median():.0f} s"
+    )
+    for cond, part in df.groupby("condition", sort=False):
+        reg = part["verdict"] == str(PairedVerdict.REGRESSION)
+        if cond == AA:
+            flagged = reg.groupby([part["comparison"], part["cell"]]).any()
+        else:
+            tg = part[part["metric"] == "tg_tps"]
+            flagged = (
+                (tg["verdict"] == str(PairedVerdict.REGRESSION))
+                .groupby([tg["comparison"], tg["cell"]])
+                .any()
+            )
+        by_metric = part[reg].groupby("metric").size().to_dict()
+        ratio = part.loc[part["metric"] == "tg_tps", "ratio"].median()
+        lines.append(
+            f"{cond:6s} flagged {_rate(int(flagged.sum()), len(flagged))}; regressions by "
+            f"metric {by_metric}; median TG ratio {ratio:.3f}"
+        )
+    aa = df[(df["condition"] == AA) & df["metric"].isin(THROUGHPUT)].dropna(subset=["p_worse"])
+    if len(aa):
+        lines.append("A/A calibration (raw one-sided p of the worse direction; uniform if sides "
+                     "are identical and rounds independent):")  # fmt: skip
+        for metric, part in aa.groupby("metric"):
+            p = part["p_worse"].to_numpy(dtype=float)
+            ks = stats.kstest(p, "uniform")
+            lines.append(
+                f"  {metric}: n={len(p)}; p<=0.05 {_rate(int((p <= 0.05).sum()), len(p))} "
+                f"(expect 5 %); p<=0.10 {_rate(int((p <= 0.10).sum()), len(p))} (expect 10 %); "
+                f"KS vs uniform D={ks.statistic:.3f} p={ks.pvalue:.3g}; "
+                f"mean log-ratio {np.log(part['ratio']).mean():+.4f}"
+            )
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--a", default=sys.executable, help="side A's python (default: this one)")
@@ -369,11 +489,32 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", metavar="FILE", help="write every cell comparison here")
     p.add_argument(
+        "--ledger",
+        metavar="FILE",
+        type=Path,
+        help="independent mode: append every check of each finished comparison to this CSV",
+    )
+    p.add_argument(
+        "--summarize", metavar="FILE", type=Path, help="print a ledger's figures and exit"
+    )
+    p.add_argument(
+        "--budget-min",
+        type=float,
+        default=None,
+        help="independent mode: start no comparison after this many minutes",
+    )
+    p.add_argument(
         "--pool", type=int, metavar="R", help="pooled mode: R paired rounds per condition"
     )
     p.add_argument("--chunk", type=int, default=12, help="pooled mode: rounds per compare run")
     p.add_argument("--resamples", type=int, default=400, help="pooled mode: K-round draws")
-    p.add_argument("--seed", type=int, default=0, help="pooled mode: the draws' seed")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="pooled mode: the draws' seed; independent mode: shifts every comparison's AB/BA "
+        "seed (give each session its own, so ledger rows do not repeat an order sequence)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -384,6 +525,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.summarize:
+        print(summarize_ledger(args.summarize))
+        return 0
+    args.commit = _commit()
     if args.quick:
         args.rounds, args.dtypes, args.aa_cells, args.slow_cells = 3, ["f32"], 2, 1
         args.levels, args.contention_threshold = [10.0], 1000.0
@@ -405,9 +550,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="rtmatrix-compare-quality-") as tmp:
         matrix_path = _matrix(Path(tmp), args)
         for i, cond in enumerate(order):
-            c, wall = _one(args, matrix_path, cond, i, Path(tmp) / "results")
+            if args.budget_min and time.monotonic() - t_start > 60 * args.budget_min:
+                print(f"budget of {args.budget_min:g} min spent", file=sys.stderr)
+                break
+            seed = args.seed * 100_000 + i
+            c, wall = _one(args, matrix_path, cond, seed, Path(tmp) / "results")
             rows += _tally(tallies[cond], c, cond, wall)
             loads.append(os.getloadavg()[0])
+            if args.ledger:
+                append_ledger(args.ledger, ledger_rows(c, cond, wall, loads[-1], args), c)
             print(
                 f"[{i + 1}/{len(order)}] {cond}: exit {c.code} ({c.outcome.headline}) "
                 f"in {wall:.0f} s, load {loads[-1]:.2f}",
