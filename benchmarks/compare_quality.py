@@ -419,8 +419,9 @@ def append_ledger(path: Path, rows: Sequence[dict[str, Any]], c: Comparison) -> 
     out.to_csv(side, mode="a", header=not side.exists() or side.stat().st_size == 0, index=False)
 
 
-def summarize_ledger(path: Path) -> str:
-    """Flag rates per condition and the A/A p-value calibration, from a ledger CSV."""
+def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
+    """Flag rates per condition and the A/A p-value calibration, from a ledger CSV; with
+    ``resamples``, also the rule on K-round draws from all the ledger's A/A rounds."""
     df = pd.read_csv(path)
     lines = [f"ledger {path}: {df['comparison'].nunique()} comparisons, {len(df)} checks, "
              f"{df['utc'].min()} .. {df['utc'].max()}"]  # fmt: skip
@@ -460,7 +461,49 @@ def summarize_ledger(path: Path) -> str:
                 f"KS vs uniform D={ks.statistic:.3f} p={ks.pvalue:.3g}; "
                 f"mean log-ratio {np.log(part['ratio']).mean():+.4f}"
             )
+    side = path.with_suffix(".rounds.csv")
+    if resamples and side.exists():
+        lines += _ledger_resampled(pd.read_csv(side), resamples, seed)
     return "\n".join(lines)
+
+
+def _ledger_resampled(rounds: pd.DataFrame, resamples: int, seed: int) -> list[str]:
+    """The decision rule on K-round draws from every A/A round of the ledger (rounds from many
+    independent comparisons, so a draw mixes hours of drift and many process pairs), and the
+    assumptions behind the paired t-test checked on the same rounds."""
+    lines: list[str] = []
+    aa = rounds[rounds["comparison"].str.endswith(AA)].copy()
+    if aa.empty:
+        return lines
+    aa["used"] = aa["used"].astype(str) == "True"
+    ids = aa[["comparison", "round"]].drop_duplicates().reset_index(drop=True)
+    ids["pooled_round"] = ids.index + 1
+    pool = aa.merge(ids, on=["comparison", "round"]).drop(columns="round")
+    pool = pool.rename(columns={"pooled_round": "round"})
+    k = DEFAULT_ROUNDS
+    est = pooled_estimates(pool, AA, k, resamples, seed)
+    res = est["resampled"]
+    lines.append(
+        f"A/A resampled: {resamples} draws of K = {k} from {est['rounds']} rounds of "
+        f"{aa['comparison'].nunique()} comparisons: flagged {_rate(res['flagged'], res['cells'])}"
+        f"; regressions by metric {res['regressions_by_metric']}"
+    )
+    used = aa[aa["used"]]
+    for metric, part in used.groupby("metric"):
+        if metric not in THROUGHPUT and metric != "peak_rss_os_bytes":
+            continue
+        d = pd.Series(np.log(part["b"] / part["a"]), index=part.index)
+        means = d.groupby(part["comparison"]).agg(["mean", "std", "count"])
+        expected = np.sqrt((means["std"] ** 2).mean() / means["count"].median())
+        order = part["order"].astype(str)
+        second = (d[order == "ab"].mean() - d[order == "ba"].mean()) / 2  # B second minus first
+        lines.append(
+            f"  {metric!s}: {len(d)} rounds, mean log-ratio {d.mean():+.4f} "
+            f"(t = {d.mean() / (d.std(ddof=1) / math.sqrt(len(d))):.1f}); sd {d.std(ddof=1):.4f}; "
+            f"sd of comparison means / expected from within {means['mean'].std() / expected:.2f}"
+            f"; B-second effect {second:+.4f}; excess kurtosis {stats.kurtosis(d):+.2f}"
+        )
+    return lines
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -526,7 +569,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.summarize:
-        print(summarize_ledger(args.summarize))
+        print(summarize_ledger(args.summarize, args.resamples, args.seed))
         return 0
     args.commit = _commit()
     if args.quick:
