@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,19 @@ def test_help_lists_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for cmd in ("run", "report", "validate", "fixtures"):
         assert cmd in out
+
+
+def test_help_does_not_import_scipy() -> None:
+    # scipy.stats took ~2.4 s of every CLI start, --help included; it is imported where used
+    code = (
+        "import sys\nfrom rtmatrix.cli import main\ntry:\n    main(['compare', '--help'])\n"
+        "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('scipy')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert "--rounds" in out.stdout
+    assert out.stdout.strip().endswith("[]"), out.stdout[-400:]
 
 
 def test_bad_matrix_is_exit_2_with_message(
