@@ -22,7 +22,8 @@ def test_help_does_not_import_scipy() -> None:
     # scipy.stats took ~2.4 s of every CLI start, --help included; it is imported where used
     code = (
         "import sys\nfrom rtmatrix.cli import main\ntry:\n    main(['compare', '--help'])\n"
-        "except SystemExit:\n    pass\nprint(sorted(m for m in sys.modules if m.startswith('scipy')))"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('scipy')))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
