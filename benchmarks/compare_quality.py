@@ -99,6 +99,11 @@ dtypes = [{dtypes}]
 AA = "A/A"
 
 
+def flags(condition: str, metric: str, verdict: str) -> bool:
+    """Whether one check flags its cell: A/A, any regression; a slowdown, a tg_tps regression."""
+    return verdict == PairedVerdict.REGRESSION and (condition == AA or metric == "tg_tps")
+
+
 @dataclass
 class Tally:
     """Per condition: cell comparisons, their outcome, the TG ratios and the time spent."""
@@ -145,10 +150,7 @@ def _tally(t: Tally, c: Comparison, condition: str, wall: float) -> list[dict[st
         if not checks:
             t.not_judged += 1
         tg = next((ch for ch in checks if ch.metric == "tg_tps"), None)
-        if condition == AA:
-            hit = any(ch.verdict is PairedVerdict.REGRESSION for ch in checks)
-        else:
-            hit = tg is not None and tg.verdict is PairedVerdict.REGRESSION
+        hit = any(flags(condition, ch.metric, ch.verdict) for ch in checks)
         t.flagged += hit
         t.checks += len(checks)
         t.regressions += sum(ch.verdict is PairedVerdict.REGRESSION for ch in checks)
@@ -249,7 +251,7 @@ def _flags(
         reg = ch.verdict is PairedVerdict.REGRESSION
         if reg and by_metric is not None:
             by_metric[ch.metric] = by_metric.get(ch.metric, 0) + 1
-        hit = reg if condition == AA else (reg and ch.metric == "tg_tps")
+        hit = flags(condition, ch.metric, ch.verdict)
         out[ch.cell] = out.get(ch.cell, False) or hit
     return out
 
@@ -433,15 +435,8 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
     )
     for cond, part in df.groupby("condition", sort=False):
         reg = part["verdict"] == str(PairedVerdict.REGRESSION)
-        if cond == AA:
-            flagged = reg.groupby([part["comparison"], part["cell"]]).any()
-        else:
-            tg = part[part["metric"] == "tg_tps"]
-            flagged = (
-                (tg["verdict"] == str(PairedVerdict.REGRESSION))
-                .groupby([tg["comparison"], tg["cell"]])
-                .any()
-            )
+        hit = [flags(str(cond), m, v) for m, v in zip(part["metric"], part["verdict"], strict=True)]
+        flagged = pd.Series(hit, index=part.index).groupby([part["comparison"], part["cell"]]).any()
         by_metric = part[reg].groupby("metric").size().to_dict()
         ratio = part.loc[part["metric"] == "tg_tps", "ratio"].median()
         lines.append(
