@@ -1,7 +1,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.process import last_phase, launch, os_peak, read_result
@@ -40,3 +45,52 @@ def test_last_phase_and_marks(tmp_path: Path) -> None:
         '{"t": 1.0, "phase": "load"}\n{"t": 2.0, "mark": "loaded"}\n{"t": 3'
     )
     assert last_phase(tmp_path) == ("load", {"loaded": 2.0})
+
+
+def _hanging_python(tmp_path: Path) -> str:
+    """A stand-in for the worker's interpreter that ignores its arguments and sleeps."""
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def _gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("where", ["spawn", "tracker-start"])
+def test_ctrl_c_at_spawn_still_kills_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Ctrl-C that lands while the worker is spawned (inside Popen, or before the supervising
+    loop starts) must not leave the worker running with nobody knowing its pid."""
+    from rtmatrix import proctrack
+    from rtmatrix.runner import process
+
+    pids: list[int] = []
+    real_spawn, real_start = process._spawn, proctrack.Tracker.start
+
+    def spawn(spec: Any, env: dict[str, str]) -> Any:
+        proc = real_spawn(spec, env)
+        pids.append(proc.pid)
+        if where == "spawn":
+            os.kill(os.getpid(), signal.SIGINT)
+        return proc
+
+    def start(self: Any, pid: int) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        real_start(self, pid)
+
+    monkeypatch.setattr(process, "_spawn", spawn)
+    if where == "tracker-start":
+        monkeypatch.setattr(proctrack.Tracker, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        launch(["job.json"], tmp_path, 30, 0.01, python=_hanging_python(tmp_path))
+    assert pids and _gone(pids[0])
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

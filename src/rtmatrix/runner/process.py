@@ -10,6 +10,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,6 +133,38 @@ def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
         )
 
 
+class _HeldInterrupt:
+    """Holds back Ctrl-C (SIGINT) while the worker is being spawned, then delivers it.
+
+    Were ``KeyboardInterrupt`` raised inside ``Popen`` after the fork, or between ``Popen``
+    returning and the supervising ``try``, nothing would know the worker's pid and it would run
+    on after the parent exits. The signal is recorded instead and raised by :meth:`release`,
+    which :func:`launch` calls inside the block that kills the worker's group. The worker does
+    not inherit the holding handler (``exec`` resets caught signals). Only the main thread can
+    set signal handlers; elsewhere (a fleet's worker thread) nothing is held."""
+
+    def __init__(self) -> None:
+        self._came: list[int] = []
+        self._previous: Any = signal.getsignal(signal.SIGINT)
+        main = threading.current_thread() is threading.main_thread()
+        self._active = main and self._previous is not None  # None: a handler not set by Python
+        if self._active:
+            signal.signal(signal.SIGINT, lambda sig, _f: self._came.append(sig))
+
+    def release(self) -> None:
+        """Restore the previous handler; hand it the SIGINT that came meanwhile, if one did."""
+        if not self._active:
+            return
+        self._active = False
+        signal.signal(signal.SIGINT, self._previous)
+        if not self._came:
+            return
+        if callable(self._previous):
+            self._previous(signal.SIGINT, None)
+        elif self._previous == signal.SIG_DFL:
+            signal.raise_signal(signal.SIGINT)
+
+
 class _PhaseWatch:
     """Follows the worker's ``events.jsonl`` as it grows, to tell when the counted repetitions
     run: the supervisor then samples less often, so its own wake-ups do not steal the cores it
@@ -192,15 +225,21 @@ def launch(
     spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable)
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with proctrack.Tracker(shared=cgroup) as tracker:
-        spawned = time.monotonic()
-        proc = _spawn(spec, tracker.env())
-        tracker.start(proc.pid)
-        track_cg = tracker.cgroup.path if tracker.cgroup else None
-        cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
+        held = _HeldInterrupt()
+        try:
+            spawned = time.monotonic()
+            proc = _spawn(spec, tracker.env())
+        except BaseException:
+            held.release()
+            raise
         peak, hwm, timed_out, status, usage = 0, 0, False, 0, None
         deadline = spawned + timeout_s
         watch = _PhaseWatch(job_dir / "events.jsonl")
         try:
+            held.release()  # a Ctrl-C that came while spawning is raised here, inside the try
+            tracker.start(proc.pid)
+            track_cg = tracker.cgroup.path if tracker.cgroup else None
+            cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
