@@ -1,7 +1,8 @@
 """Command line: thin argument parsing over the pipeline functions.
 
 Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
-2 bad input (matrix, result or model file, a bad --fail), 130 interrupted.
+2 bad input (matrix, result or model file, a bad --fail; also a fixture another process is
+still building after 30 min), 130 interrupted.
 ``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
 comparable or missing data, 4 bad input (so that a typo is not read as a new failure);
 ``rtmatrix compare`` likewise: 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input.
@@ -468,6 +469,7 @@ def _compare_filter(args: argparse.Namespace, matrix: Any) -> Any:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rtmatrix.fixtures import FixtureError
     from rtmatrix.fixtures.spec import ExporterUnavailable
+    from rtmatrix.locks import LockTimeout
     from rtmatrix.matrix import MatrixError, load_matrix
     from rtmatrix.report.upgrade import markdown, render_comparison
     from rtmatrix.results import ResultError, load_run
@@ -481,7 +483,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         matrix = load_matrix(Path(args.matrix))
         only = _compare_filter(args, matrix)
         comparison, paths = run_comparison(matrix, a, b, settings, Path(args.results), only=only)
-    except (CheckError, CompareError, MatrixError, ResultError, FixtureError) as exc:
+    except (CheckError, CompareError, MatrixError, ResultError, FixtureError, LockTimeout) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
         return BAD
     except ExporterUnavailable as exc:  # the parent writes the fixtures: it needs the exporters
@@ -707,13 +709,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     from rtmatrix.fixtures import FixtureError
     from rtmatrix.fleet import FleetError
+    from rtmatrix.locks import LockTimeout
     from rtmatrix.matrix import MatrixError
     from rtmatrix.results import ResultError
 
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
-    except (MatrixError, ResultError, FixtureError, FleetError) as exc:
+    except (MatrixError, ResultError, FixtureError, FleetError, LockTimeout) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

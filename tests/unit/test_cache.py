@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import multiprocessing
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,36 @@ def test_failed_build_leaves_nothing(tmp_path: Path) -> None:
 
     with pytest.raises(OSError, match="disk full"):
         cached_build("t", {"k": 2}, "f.bin", boom, tmp_path)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if p.suffix != ".lock"] == []
+
+
+def _slow_build(root: Path, started: Any) -> None:
+    def build(path: Path) -> dict[str, Any]:
+        with (root / "builds.txt").open("a") as fh:
+            fh.write("1")
+        started.set()
+        time.sleep(0.5)
+        path.write_bytes(b"y" * 20)
+        return {}
+
+    art = cached_build("t", {"k": 3}, "f.bin", build, root)
+    assert art.path.read_bytes() == b"y" * 20
+
+
+def test_two_processes_building_one_entry_take_turns(tmp_path: Path) -> None:
+    """The second builder waits for the first and reads its entry: one build, no failed
+    rename onto a full folder, no entry replaced under the first one's reader."""
+    ctx = multiprocessing.get_context("fork")
+    started = ctx.Event()
+    first = ctx.Process(target=_slow_build, args=(tmp_path, started))
+    first.start()
+    assert started.wait(30)
+    second = ctx.Process(target=_slow_build, args=(tmp_path, ctx.Event()))
+    second.start()
+    first.join(30)
+    second.join(30)
+    assert (first.exitcode, second.exitcode) == (0, 0)
+    assert (tmp_path / "builds.txt").read_text() == "1"
 
 
 def test_key_hash_is_order_independent() -> None:

@@ -329,7 +329,8 @@ def test_a_quantizer_crash_is_a_fixture_error_naming_the_fixture(tmp_path: Path)
         build_fixture(get_spec("tiny"), "onnx", "int8", root=tmp_path)
     msg = str(info.value)
     assert "ONNX fixture tiny/int8 failed in its child process (killed by SIGSEGV)" in msg
-    assert [p.name for p in tmp_path.iterdir()] == []  # no half-built entry left in the cache
+    left = [p.name for p in tmp_path.iterdir() if p.suffix != ".lock"]  # builders' turn locks
+    assert left == []  # no half-built entry left in the cache
 
 
 @pytest.mark.usefixtures("crashing_quantizer")

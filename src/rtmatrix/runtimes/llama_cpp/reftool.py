@@ -17,7 +17,6 @@ and its raw JSON.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rtmatrix import locks
 from rtmatrix.fixtures.cache import cache_root, file_sha256, key_hash
 
 DISTRIBUTION = "llama-cpp-python"
@@ -206,27 +206,14 @@ def read_valid(entry: Path) -> dict[str, Any] | None:
 # -- lock -----------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def build_lock(path: Path, timeout_s: float, log: Log) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path``; waits (polling) up to ``timeout_s`` for another build."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as fh:
-        deadline = time.monotonic() + timeout_s
-        told = False
-        while True:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    msg = f"another process held the tool build lock {path} for {timeout_s:.0f} s"
-                    raise ToolUnavailable(msg) from None
-                if not told:
-                    log(f"waiting for another process building the tools ({path})")
-                    told = True
-                time.sleep(1.0)
-        try:
+    """An exclusive lock on ``path`` (:func:`rtmatrix.locks.exclusive`); a builder still
+    holding it after ``timeout_s`` makes the tools :class:`ToolUnavailable`."""
+    try:
+        with locks.exclusive(path, timeout_s, log, "building the tools"):
             yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except locks.LockTimeout as exc:
+        msg = f"the tool build lock: {exc}"
+        raise ToolUnavailable(msg) from None
 
 
 # -- build steps -------------------------------------------------------------------------------
