@@ -24,6 +24,7 @@ from rtmatrix.matrix.targets import (
     parse_targets,
     row_targets,
 )
+from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES
 from rtmatrix.metrics.power import PowerConfigError, normalize_config
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import ErrorKind, Expect, Status, Verdict
@@ -39,7 +40,7 @@ RUN_DEFAULTS: dict[str, Any] = {
     # the way of what it times; the OS's own peak RSS is exact either way)
     "counted_sample_interval_s": 0.25,
     # CPU used on the host outside the cell's processes (cores) above which a cell is contended
-    "contention_threshold_cores": 0.25,
+    "contention_threshold_cores": DEFAULT_THRESHOLD_CORES,
     # rerun a contended cell up to this many times (the last attempt is recorded)
     "contended_retries": 0,
 }

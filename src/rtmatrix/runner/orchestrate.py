@@ -17,7 +17,7 @@ from rtmatrix import memcap
 from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
-from rtmatrix.metrics.contention import ContentionReading
+from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
 from rtmatrix.outcome import Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult
 from rtmatrix.results import load_run, save_run
@@ -220,7 +220,7 @@ def _reference(
         lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
                              python=ctx.python)  # fmt: skip
         read = process.read_result(job_dir)
-    threshold = float(cell.run.get("contention_threshold_cores", 0.25))
+    threshold = float(cell.run.get("contention_threshold_cores", DEFAULT_THRESHOLD_CORES))
     busy = lau.cpu.reading(lau.spawned, lau.spawned + lau.wall_s, threshold) if lau.cpu else None
     if read.result is not None:
         return read.result, busy

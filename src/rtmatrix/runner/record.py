@@ -20,7 +20,7 @@ from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity
-from rtmatrix.metrics.contention import ContentionReading
+from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
 from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
 from rtmatrix.protocol import WorkerResult
@@ -169,7 +169,7 @@ def contention(fin: Finished) -> ContentionReading | None:
     lau = fin.launch
     if lau is None or lau.cpu is None:
         return None
-    threshold = float(fin.cell.run.get("contention_threshold_cores", 0.25))
+    threshold = float(fin.cell.run.get("contention_threshold_cores", DEFAULT_THRESHOLD_CORES))
     reps = fin.result.reps if fin.result else []
     if reps:
         t0, t1 = min(r.t_start for r in reps), max(r.t_end for r in reps)
