@@ -40,9 +40,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import signal
 import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -50,8 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-
+from rtmatrix import serverproc
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import (
     ServerCounters,
@@ -74,6 +71,7 @@ from rtmatrix.scenarios.trace import (
     quantiles,
     trace_checks,
 )
+from rtmatrix.serverproc import ChildServer, free_port
 
 DEFAULTS: dict[str, Any] = {
     "serve_concurrency": [1, 2, 4],
@@ -105,83 +103,22 @@ def options(job: Job) -> dict[str, Any]:
     return opts
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Server:
+class Server(ChildServer):
     """One server process of the runtime's on 127.0.0.1, started as the driver says."""
 
     def __init__(self, driver: ServerDriver, workdir: Path, name: str, interrupt: bool | None):
-        self.port = free_port()
-        self.program = driver.program
-        self.launch = driver.launch(workdir, name, self.port, interrupt)
+        port = free_port()
+        self.launch = driver.launch(workdir, name, port, interrupt)
         self.settings = self.launch.settings
-        self.log_path = workdir / f"{name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.startup_s: float | None = None
-
-    def start(self, timeout_s: float) -> None:
-        t0 = clock()
-        with self.log_path.open("wb") as log:
-            # no new session: the server stays in the worker's process group
-            self.proc = subprocess.Popen(
-                self.launch.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.launch.env,
-            )
-        while clock() - t0 < timeout_s:
-            if self.proc.poll() is not None:
-                msg = (
-                    f"{self.program} exited with code {self.proc.returncode} before it "
-                    f"answered: {self.log_tail(600)}"
-                )
-                raise RuntimeError(msg)
-            status, _ = request(self.port, "GET", "/v1/models", timeout=2.0)
-            if status == 200:
-                self.startup_s = clock() - t0
-                return
-            time.sleep(0.1)
-        msg = f"{self.program} did not answer within {timeout_s:.0f} s: {self.log_tail(600)}"
-        raise RuntimeError(msg)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def rss(self) -> int | None:
-        if not self.alive() or self.proc is None:
-            return None
-        try:
-            return int(psutil.Process(self.proc.pid).memory_info().rss)
-        except psutil.Error:
-            return None
-
-    def log_tail(self, n: int = 2000) -> str:
-        try:
-            return self.log_path.read_bytes()[-n:].decode("utf-8", errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self) -> dict[str, Any]:
-        if self.proc is None:
-            return {"stopped": "never started"}
-        if self.proc.poll() is not None:
-            return {"stopped": "had already exited", "exit_code": self.proc.returncode}
-        t0 = clock()
-        self.proc.send_signal(signal.SIGTERM)
-        how = "SIGTERM"
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(15)
-            how = "SIGKILL after SIGTERM was ignored for 15 s"
-        return {"stopped": how, "exit_code": self.proc.returncode, "stop_s": clock() - t0}
+        super().__init__(
+            self.launch.argv,
+            self.launch.env,
+            workdir / f"{name}.log",
+            port,
+            program=driver.program,
+            ready_path="/v1/models",
+            poll_s=0.1,
+        )
 
 
 # -- HTTP client -----------------------------------------------------------------------------------
@@ -189,16 +126,8 @@ def request(
     port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0
 ) -> tuple[int | None, str]:
     """One plain request; (status, first 300 characters of the body), or (None, error)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()[:300].decode("utf-8", errors="replace")
-    except (OSError, http.client.HTTPException) as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
+    status, data = serverproc.request(port, method, path, body, timeout)
+    return status, data[:300].decode("utf-8", errors="replace")
 
 
 def stream(

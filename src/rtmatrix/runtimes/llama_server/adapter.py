@@ -41,10 +41,10 @@ from rtmatrix.runtimes.llama_server.process import (
     ServerConfig,
     ServerProcess,
     find_tools,
-    free_port,
     server_argv,
 )
 from rtmatrix.runtimes.llama_server.stream import ServerStreamBackend, abort_prefill
+from rtmatrix.serverproc import free_port
 
 NO_LOOP = (
     "llama-server answers whole requests over HTTP; it exposes no single prefill/decode step "

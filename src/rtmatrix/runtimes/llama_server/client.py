@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-HOST = "127.0.0.1"
+from rtmatrix.serverproc import HOST, request
+
 # one sample line of the Prometheus text exposition format: name{labels} value [timestamp]
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
@@ -27,23 +28,7 @@ class ServerError(RuntimeError):
     """A request llama-server did not answer as expected (status, body or connection)."""
 
 
-# -- plain requests ----------------------------------------------------------------------------
-def request(
-    port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0
-) -> tuple[int | None, bytes]:
-    """One request on its own connection: (status, body), or (None, the error in words)."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    except (OSError, http.client.HTTPException) as exc:
-        return None, f"{type(exc).__name__}: {exc}".encode()
-    finally:
-        conn.close()
-
-
+# -- plain requests: rtmatrix.serverproc.request ------------------------------------------
 def get_json(port: int, path: str, timeout: float = 10.0) -> Any:
     status, body = request(port, "GET", path, timeout=timeout)
     if status != 200:
