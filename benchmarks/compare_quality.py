@@ -366,6 +366,8 @@ LEDGER_COLUMNS = (
     "wall_s", "load_1min", "python_a", "python_b", "commit", "host",
 )  # fmt: skip
 THROUGHPUT = ("pp_tps", "tg_tps")
+#: the ledger verdict of a cell comparison that had no judged check
+NOT_JUDGED = "not-judged"
 
 
 def _commit() -> str:
@@ -382,24 +384,32 @@ def _commit() -> str:
 def ledger_rows(
     c: Comparison, condition: str, wall: float, load: float, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """One row per check of one finished comparison (``LEDGER_COLUMNS``); missing: empty."""
+    """One row per check of one finished comparison (``LEDGER_COLUMNS``); missing: empty. A
+    cell with no judged check (killed, contended in too many rounds) gets one row with verdict
+    ``NOT_JUDGED``, so the ledger still counts the comparison."""
     utc = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     ident = f"{utc}-{os.getpid()}-{condition}"
     checks = c.paired.checks
-    rows = []
-    for ch in checks:
-        rows.append(
-            {
-                "utc": utc, "comparison": ident, "condition": condition, "cell": ch.cell,
-                "metric": ch.metric, "verdict": str(ch.verdict), "ratio": ch.ratio,
-                "sd_log": ch.sd_log, "k": ch.k, "p_worse": ch.p_worse,
-                "p_better": ch.p_better, "p_worse_holm": ch.p_worse_holm,
-                "min_effect": ch.min_effect, "alpha": ch.alpha,
-                "checks_in_family": len(checks), "wall_s": round(wall, 1),
-                "load_1min": round(load, 2), "python_a": args.a, "python_b": args.b,
-                "commit": args.commit, "host": os.uname().nodename,
-            }
-        )  # fmt: skip
+    common = {
+        "utc": utc, "comparison": ident, "condition": condition,
+        "checks_in_family": len(checks), "wall_s": round(wall, 1), "load_1min": round(load, 2),
+        "python_a": args.a, "python_b": args.b, "commit": args.commit,
+        "host": os.uname().nodename,
+    }  # fmt: skip
+    rows = [
+        common | {
+            "cell": ch.cell, "metric": ch.metric, "verdict": str(ch.verdict), "ratio": ch.ratio,
+            "sd_log": ch.sd_log, "k": ch.k, "p_worse": ch.p_worse, "p_better": ch.p_better,
+            "p_worse_holm": ch.p_worse_holm, "min_effect": ch.min_effect, "alpha": ch.alpha,
+        }
+        for ch in checks
+    ]  # fmt: skip
+    judged = {ch.cell for ch in checks}
+    rows += [
+        common | {"cell": cell.key, "verdict": NOT_JUDGED}
+        for cell in c.cells
+        if cell.key not in judged
+    ]
     return rows
 
 
@@ -425,7 +435,8 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
     """Flag rates per condition and the A/A p-value calibration, from a ledger CSV; with
     ``resamples``, also the rule on K-round draws from all the ledger's A/A rounds."""
     df = pd.read_csv(path)
-    lines = [f"ledger {path}: {df['comparison'].nunique()} comparisons, {len(df)} checks, "
+    n_checks = int((df["verdict"] != NOT_JUDGED).sum())
+    lines = [f"ledger {path}: {df['comparison'].nunique()} comparisons, {n_checks} checks, "
              f"{df['utc'].min()} .. {df['utc'].max()}"]  # fmt: skip
     lines.append(
         f"K {sorted(df['k'].dropna().astype(int).unique().tolist())}; load 1-min "
@@ -433,7 +444,9 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
         f"(median {df['load_1min'].median():.2f}); wall per cell comparison median "
         f"{df.groupby(['comparison', 'cell'])['wall_s'].first().median():.0f} s"
     )
-    for cond, part in df.groupby("condition", sort=False):
+    for cond, whole in df.groupby("condition", sort=False):
+        part = whole[whole["verdict"] != NOT_JUDGED]
+        unjudged = whole.loc[whole["verdict"] == NOT_JUDGED, ["comparison", "cell"]]
         reg = part["verdict"] == str(PairedVerdict.REGRESSION)
         hit = [flags(str(cond), m, v) for m, v in zip(part["metric"], part["verdict"], strict=True)]
         flagged = pd.Series(hit, index=part.index).groupby([part["comparison"], part["cell"]]).any()
@@ -441,7 +454,8 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
         ratio = part.loc[part["metric"] == "tg_tps", "ratio"].median()
         lines.append(
             f"{cond:6s} flagged {_rate(int(flagged.sum()), len(flagged))}; regressions by "
-            f"metric {by_metric}; median TG ratio {ratio:.3f}"
+            f"metric {by_metric}; median TG ratio {ratio:.3f}; not judged "
+            f"{len(unjudged.drop_duplicates())} (not in the rate)"
         )
     aa = df[(df["condition"] == AA) & df["metric"].isin(THROUGHPUT)].dropna(subset=["p_worse"])
     if len(aa):
