@@ -1,8 +1,9 @@
 """Command line: thin argument parsing over the pipeline functions.
 
 Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
-2 bad input (matrix, result or model file, a bad --fail; also a fixture another process is
-still building after 30 min), 130 interrupted.
+2 bad input (matrix, result or model file, a bad --fail), 130 interrupted. ``rtmatrix fixtures``
+also exits 2 when another process held a fixture's build lock for 30 min (in ``run`` and
+``compare`` that is the cell's own fixture error).
 ``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
 comparable or missing data, 4 bad input (so that a typo is not read as a new failure);
 ``rtmatrix compare`` likewise: 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input.
@@ -469,7 +470,6 @@ def _compare_filter(args: argparse.Namespace, matrix: Any) -> Any:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from rtmatrix.fixtures import FixtureError
     from rtmatrix.fixtures.spec import ExporterUnavailable
-    from rtmatrix.locks import LockTimeout
     from rtmatrix.matrix import MatrixError, load_matrix
     from rtmatrix.report.upgrade import markdown, render_comparison
     from rtmatrix.results import ResultError, load_run
@@ -483,7 +483,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         matrix = load_matrix(Path(args.matrix))
         only = _compare_filter(args, matrix)
         comparison, paths = run_comparison(matrix, a, b, settings, Path(args.results), only=only)
-    except (CheckError, CompareError, MatrixError, ResultError, FixtureError, LockTimeout) as exc:
+    except (CheckError, CompareError, MatrixError, ResultError, FixtureError) as exc:
         print(f"rtmatrix: error: {exc}", file=sys.stderr)
         return BAD
     except ExporterUnavailable as exc:  # the parent writes the fixtures: it needs the exporters

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from rtmatrix import locks
+from rtmatrix.fixtures import cache
 from rtmatrix.fixtures.cache import cache_root, cached_build, key_hash
 
 
@@ -82,3 +84,18 @@ def test_key_hash_is_order_independent() -> None:
 def test_cache_root_follows_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RTMATRIX_CACHE_DIR", str(tmp_path))
     assert cache_root() == tmp_path / "fixtures"
+
+
+def test_a_builder_holding_the_lock_too_long_is_an_oserror_naming_the_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An OSError, so a cell whose fixture waits too long records a fixture error (the runner's
+    fixture step catches OSError) instead of aborting the run."""
+    monkeypatch.setattr(cache, "LOCK_TIMEOUT_S", 0.3)
+    calls: list[int] = []
+    entry = f"t-{key_hash({'k': 4})[:16]}"
+    held = locks.exclusive(tmp_path / f".{entry}.lock", 5)  # "another process" building it
+    why = rf"held the lock .*{entry}\.lock \(building t\)"
+    with held, pytest.raises(OSError, match=why):
+        cached_build("t", {"k": 4}, "f.bin", _writer(calls), tmp_path)
+    assert calls == []

@@ -48,7 +48,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rtmatrix import serverproc
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import (
     ServerCounters,
@@ -72,6 +71,7 @@ from rtmatrix.scenarios.trace import (
     trace_checks,
 )
 from rtmatrix.serverproc import ChildServer, free_port
+from rtmatrix.serverproc import request as plain_request
 
 DEFAULTS: dict[str, Any] = {
     "serve_concurrency": [1, 2, 4],
@@ -126,7 +126,7 @@ def request(
     port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0
 ) -> tuple[int | None, str]:
     """One plain request; (status, first 300 characters of the body), or (None, error)."""
-    status, data = serverproc.request(port, method, path, body, timeout)
+    status, data = plain_request(port, method, path, body, timeout)
     return status, data[:300].decode("utf-8", errors="replace")
 
 
