@@ -66,6 +66,12 @@ class M(StrEnum):
     HOST_BUSY_CORES = "host_busy_cores"
     HOST_STEAL_CORES = "host_steal_cores"
     LIFECYCLE_CHECKS = "lifecycle_checks"
+    # a real model's teacher-forced pass against the f32 reference (metrics/quality.py)
+    KLD_MEAN = "kld_mean"
+    KLD_P99 = "kld_p99"
+    SAME_TOP = "same_top_pct"
+    PPL = "ppl"
+    PPL_REFERENCE = "ppl_reference"
 
 
 #: throughput metrics (tokens/s), harness clock and runtime counters

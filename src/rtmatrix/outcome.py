@@ -138,6 +138,8 @@ class Source(StrEnum):
     PACKAGE_METADATA = "package-metadata"
     MODELLED = "modelled"
     REFERENCE_TOOL = "reference-tool"  # the runtime's own benchmark tool (llama-bench)
+    #: computed by rtmatrix from the runtime's outputs against the numpy reference (KLD, ...)
+    HARNESS_COMPARISON = "harness-comparison"
     UNAVAILABLE = "unavailable"
 
 

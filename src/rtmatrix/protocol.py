@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 #: version of the job/result/event documents; both sides must agree exactly
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+#: the teacher-forced logits a worker leaves beside its result (float32, positions x vocab)
+QUALITY_LOGITS = "quality_logits.npy"
 
 
 class ProtocolError(ValueError):
@@ -165,6 +167,12 @@ class Job(_Doc):
     address_space_cap_mb: int | None = None
     cgroup_procs: str | None = None
     timeout_s: float = 600.0
+    #: a real model's whole quality text as token ids (the harness's tokenization) and the text:
+    #: after the timed generation, the worker feeds the ids teacher-forced and keeps the logits
+    quality_ids: list[int] | None = None
+    quality_text: str | None = None
+    #: how many of ``quality_ids`` to score (the first positions + 1 are fed)
+    quality_positions: int = 0
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:
@@ -239,6 +247,8 @@ class WorkerResult(_Doc):
     power: dict[str, Any] | None = None
     #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence
     reference: dict[str, Any] | None = None
+    #: the teacher-forced pass over ``Job.quality_ids`` (positions, wall time, tokenizer check)
+    quality: dict[str, Any] | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:
@@ -257,7 +267,9 @@ class WorkerResult(_Doc):
 
 @dataclass(frozen=True)
 class PhaseEvent(_Doc):
-    """One line of ``events.jsonl``: a phase the worker entered, or a cold-start mark."""
+    """One line of ``events.jsonl``: a phase the worker entered, a cold-start mark, or one line
+    the runtime logged (``log``: ``[level, text]``), written as it arrives so that a worker
+    killed by a signal still leaves the runtime's last words behind."""
 
     _what: ClassVar[str] = "event"
 
@@ -265,6 +277,7 @@ class PhaseEvent(_Doc):
     phase: str | None = None
     mark: str | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    log: list[str] | None = None
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in self.to_dict().items() if v not in (None, {})})
@@ -283,3 +296,8 @@ def read_events(path: Path) -> list[PhaseEvent]:
         except (ValueError, ProtocolError):
             continue
     return out
+
+
+def read_log_lines(path: Path) -> list[str]:
+    """The runtime log lines a worker wrote to its events (``[level] text``), in order."""
+    return [f"[{e.log[0]}] {e.log[1]}" for e in read_events(path) if e.log and len(e.log) == 2]

@@ -20,7 +20,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.protocol import Job, PhaseEvent, ProtocolError, Repetition, WorkerResult
+from rtmatrix.protocol import (
+    QUALITY_LOGITS,
+    Job,
+    PhaseEvent,
+    ProtocolError,
+    Repetition,
+    WorkerResult,
+)
 
 T_ENTRY = time.monotonic()
 
@@ -40,6 +47,12 @@ class Events:
 
     def phase(self, name: str, **info: Any) -> None:
         self._write(PhaseEvent(t=time.monotonic(), phase=name, info=info))
+
+    def log(self, level: str, text: str) -> None:
+        """One line the runtime logged. Flushed, not fsynced: the kernel keeps what a killed
+        process wrote, and an fsync per line would slow every load (llama.cpp logs ~440)."""
+        self._fh.write(PhaseEvent(t=time.monotonic(), log=[level, text]).to_json() + "\n")
+        self._fh.flush()
 
     def mark(self, name: str, t: float) -> None:
         """A cold-start timeline mark, kept even if the process dies later."""
@@ -154,6 +167,46 @@ def _generate(
     return meter
 
 
+def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> None:
+    """Teacher-forced pass over the quality text's ids through the adapter's own prefill /
+    decode / last_logits: the logits predicting each next id go to ``quality_logits.npy``
+    (the parent judges them against the f32 reference); where the runtime tokenizes, its ids
+    for the text are checked against the harness's."""
+    import numpy as np
+
+    from rtmatrix.adapters.capabilities import Tokenizing, missing
+
+    text_ids = list(job.quality_ids or [])
+    ids = text_ids[: job.quality_positions + 1]
+    info: dict[str, Any] = {"positions": len(ids) - 1}
+    if job.quality_text is not None:
+        if isinstance(adapter, Tokenizing):
+            own = adapter.tokenize_text(job.quality_text)
+            pairs = enumerate(zip(own, text_ids, strict=False))
+            shorter = None if len(own) == len(text_ids) else min(len(own), len(text_ids))
+            first = next((i for i, (a, b) in pairs if a != b), shorter)
+            info["tokenizer"] = {
+                "agree": first is None,
+                "runtime_tokens": len(own),
+                "harness_tokens": len(text_ids),
+                "first_mismatch": first,
+                "runtime_ids_at_mismatch": own[first : first + 5] if first is not None else [],
+                "harness_ids_at_mismatch": text_ids[first : first + 5] if first is not None else [],
+            }
+        else:
+            info["tokenizer"] = {"unavailable": missing(adapter, Tokenizing, "tokenizer check")}
+    t0 = time.perf_counter()
+    adapter.reset()
+    adapter.prefill(ids[:1])
+    rows = [adapter.last_logits()]
+    for token in ids[1:-1]:
+        adapter.decode(token)
+        rows.append(adapter.last_logits())
+    info["wall_s"] = time.perf_counter() - t0
+    np.save(job_dir / QUALITY_LOGITS, np.stack(rows).astype(np.float32))
+    result.quality = info
+
+
 def _error_kind(adapter: Any, result: WorkerResult) -> str:
     """Classify the failure with the runtime's own patterns first, then the generic ones."""
     from rtmatrix.errorkinds import classify_error
@@ -210,6 +263,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
     try:
         enter("adapter")
         adapter = load_adapter_class(job.adapter)()
+        adapter.log_sink = events.log
         adapter.configure(job.options)
         enter("import")
         result.runtime_version = adapter.import_runtime()
@@ -236,6 +290,9 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
             result.scenario = run_scenario(job.scenario, adapter, job, prompt, banned, mark)
         else:
             _generate(adapter, job, job_dir, result, events, mark, prompt, banned)
+            if job.quality_ids:
+                enter("quality")
+                _quality(adapter, job, job_dir, result)
         enter("evidence")
         result.evidence = collect_evidence(adapter)
         enter("close")
@@ -272,6 +329,8 @@ def describe(target: str) -> dict[str, Any]:
         info["prepares"] = True
     if isinstance(cls, ReferenceBenchmark):
         info["reference_tool"] = True
+    if cls.crash_control is not None:
+        info["crash_control"] = cls.crash_control.to_dict()
     return info
 
 

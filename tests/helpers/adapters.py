@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import OnPrefill, OnToken
 from rtmatrix.fixtures.model import KVCache, Reference, greedy_pick
 from rtmatrix.fixtures.spec import ModelSpec
@@ -103,6 +103,32 @@ class SegfaultAdapter(NumpyAdapter):
 
     def load(self, model_path: Path, params: LoadParams) -> None:
         ctypes.string_at(0)
+
+
+class FastPathAdapter(NumpyAdapter):
+    """A third-party adapter whose optional 'fast path' (option ``fast_path``, default on) dies
+    with SIGSEGV at the first decode step, after logging that it chose that path, as llama.cpp's
+    AMX buffer type does on some hosts; it declares the option off as its crash control."""
+
+    crash_control: ClassVar[CrashControl | None] = CrashControl(
+        options={"fast_path": False},
+        explains="the adapter's fast path",
+        log_pattern=r"fast path",
+    )
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        self._fast = bool(params.options.get("fast_path", True))
+        for i in range(100):  # enough lines that the one that matters is far from the tail
+            self.log_line("info", f"load: tensor {i} read")
+        self.log_line(
+            "info", f"load: fast path {'on' if self._fast else 'off'}: 3 tensors repacked"
+        )
+        super().load(model_path, params)
+
+    def decode(self, token: int) -> None:
+        if self._fast:
+            ctypes.string_at(0)
+        super().decode(token)
 
 
 class AbortAdapter(NumpyAdapter):

@@ -9,6 +9,7 @@ SOURCES = frozenset(
         "hardware-counter",
         "external-meter",
         "harness-clock",
+        "harness-comparison",
         "os-accounting",
         "package-metadata",
         "modelled",

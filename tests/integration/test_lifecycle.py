@@ -13,6 +13,7 @@ from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
 from rtmatrix.runtimes.llama_cpp.server import SERVER_DEPS
+from tests.helpers.llama import KNOWN_TO_WORK
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,7 @@ def _run(tmp: Path, body: str) -> dict[str, Any]:
 def llama_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pytest.importorskip("llama_cpp")
     body = (
-        "[[runtimes]]\nname = 'llama_cpp'\n"
+        f"[[runtimes]]\nname = 'llama_cpp'\n{KNOWN_TO_WORK}"
         "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n"
         "[[fixtures]]\nname = 'tiny-cancel'\nmodel = 'tiny'\nscenario = 'cancel'\n"
         f"options = {{ cancel_cycles = {CYCLES}, cancel_after_tokens = {K}, "
@@ -54,7 +55,7 @@ def serve_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if missing:
         pytest.skip(f"llama-cpp-python[server] is not installed (missing {', '.join(missing)})")
     body = (
-        "[[runtimes]]\nname = 'llama_cpp'\n"
+        f"[[runtimes]]\nname = 'llama_cpp'\n{KNOWN_TO_WORK}"
         "[[fixtures]]\nname = 'tiny-serve'\nmodel = 'tiny'\nscenario = 'serve'\n"
         "options = { serve_rounds = 1, serve_slow_tokens = 8 }\n"
     )

@@ -12,6 +12,7 @@ from rtmatrix.matrix import parse_matrix
 from rtmatrix.metrics.power.config import SOURCE_NAMES
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
+from tests.helpers.llama import KNOWN_TO_WORK
 from tests.helpers.metrics import ENERGY_METRICS, GENERATE_METRICS, REFERENCE_METRICS, SOURCES
 
 pytestmark = pytest.mark.integration
@@ -30,7 +31,7 @@ def _run(tmp_path: Path, repo: Path, body: str) -> dict[str, Any]:
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     repo = Path(__file__).resolve().parents[2]
     body = (
-        "[[runtimes]]\nname = 'llama_cpp'\n"
+        f"[[runtimes]]\nname = 'llama_cpp'\n{KNOWN_TO_WORK}"
         "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'f16', 'q8_0', 'q4_0']\n"
     )
     return _run(tmp_path_factory.mktemp("tiny"), repo, body)
@@ -160,3 +161,44 @@ def test_bad_files_are_clean_errors_and_a_segfault_does_not_stop_the_run(tmp_pat
             assert c["outcome"]["phase"] == "load"
             assert c["parity"]["status"] == "unavailable"
             assert c["evidence"]["log_tail"], "llama.cpp's own load log is kept as evidence"
+
+
+def test_extra_buffer_types_off_is_recorded_and_given_to_llama_bench(
+    tiny_run: dict[str, Any],
+) -> None:
+    c = cell(tiny_run, "q4_0")
+    ebt = c["evidence"]["settings"]["extra_buffer_types"]
+    assert ebt["requested"] is False and ebt["llama_cpp_default"] is True
+    assert ebt["extra_in_use"] == []  # no CPU_REPACK / AMX model buffer when off
+    assert c["evidence"]["settings"]["requested"]["extra_buffer_types"] is False
+    ref = c["evidence"].get("reference_tool")
+    if ref:  # the tools may be unavailable here; then the reference metrics say why
+        assert all("--repack 0" in cmd for cmd in ref["commands"]), ref["commands"]
+        assert ref["settings"]["repack"] is False
+
+
+def test_the_default_setting_runs_or_its_crash_is_diagnosed(tmp_path: Path) -> None:
+    """Host-aware: with llama.cpp's default (extra buffer types on), each quantized cell is ok,
+    or — on a host where a repacking kernel path crashes (AMX on some virtualized Xeons) — a
+    crash whose evidence holds llama.cpp's own lines naming that path and whose control run
+    (extra buffer types off) is ok."""
+    repo = Path(__file__).resolve().parents[2]
+    body = (
+        "[[runtimes]]\nname = 'llama_cpp'\noptions = { reference_tool = false }\n"
+        "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['q8_0', 'q4_0']\n"
+    )
+    run = _run(tmp_path, repo, body)
+    for c in run["cells"]:
+        status = c["outcome"]["status"]
+        assert status in ("ok", "crash"), c["outcome"]
+        if status == "ok":
+            ebt = c["evidence"]["settings"]["extra_buffer_types"]
+            assert ebt["requested"] is True and "control" not in c
+            continue
+        log = c["evidence"]["runtime_log_at_crash"]
+        named = [ln for ln in log["matching"] if "REPACK" in ln or "AMX" in ln or "repack" in ln]
+        assert named, log
+        assert c["diagnosed"] is True, c.get("verdict_reason")
+        assert c["control"]["outcome"]["status"] == "ok"
+        assert c["control"]["options"] == {"extra_buffer_types": False}
+        assert "runs with extra_buffer_types=false (control ok" in c["verdict_reason"]

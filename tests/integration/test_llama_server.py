@@ -29,7 +29,7 @@ LEVELS = (1, 2, 4, 8)
 MATRIX = (
     "[run]\nrepetitions = 2\nwarmup = 1\ntimeout_s = 240\n"
     "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 16\n"
-    "[[runtimes]]\nname = 'llama_server'\noptions = { parallel = 4 }\n"
+    "[[runtimes]]\nname = 'llama_server'\noptions = { parallel = 4, extra_buffer_types = false }\n"
     "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n"
     "[[fixtures]]\nname = 'tiny-cancel'\nmodel = 'tiny'\nscenario = 'cancel'\n"
     "options = { cancel_cycles = 8, cancel_after_tokens = 6 }\n"

@@ -41,6 +41,7 @@ gen_tokens = 4
 
 [[runtimes]]
 name = "llama_cpp"
+options = { extra_buffer_types = false }  # known to work on any host (issue 24)
 
 [[runtimes]]
 name = "onnxruntime"

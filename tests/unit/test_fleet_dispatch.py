@@ -19,6 +19,7 @@ import pytest
 from rtmatrix.fleet import dispatch, local
 from rtmatrix.fleet.payload import CellJob
 from rtmatrix.matrix import parse_matrix
+from rtmatrix.protocol import PROTOCOL_VERSION
 from rtmatrix.results import load_run
 from tests.conftest import REPO
 
@@ -169,7 +170,7 @@ def test_a_host_of_another_protocol_version_is_unavailable_naming_both(
     rec = run(tmp_path, repo, cluster, matrix_text({"lab-a": "NumpyAdapter"}))
     out = rec["cells"][0]["outcome"]
     assert out["status"] == "unavailable" and out["phase"] == "protocol"
-    assert "protocol 99" in out["message"] and "this rtmatrix 1" in out["message"]
+    assert "protocol 99" in out["message"] and f"this rtmatrix {PROTOCOL_VERSION}" in out["message"]
     assert "(lab-a)" in out["message"]
 
 

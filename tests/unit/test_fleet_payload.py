@@ -59,6 +59,8 @@ def test_job_and_reply_are_versioned_json() -> None:
 def test_a_mismatch_names_both_versions() -> None:
     why = version_mismatch({"protocol": 7, "rtmatrix_version": "9.0"}, "the host h")
     assert why is not None
-    assert why.startswith("the host h speaks protocol 7 (rtmatrix 9.0), this rtmatrix 1")
+    assert why.startswith(
+        f"the host h speaks protocol 7 (rtmatrix 9.0), this rtmatrix {PROTOCOL_VERSION}"
+    )
     why = version_mismatch({"protocol": PROTOCOL_VERSION, "schema_version": 2}, "the job")
     assert why is not None and "schema_version 2" in why

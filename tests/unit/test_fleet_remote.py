@@ -10,6 +10,7 @@ import pytest
 from rtmatrix.fleet.payload import CellJob, CellReply, cell_to_json
 from rtmatrix.fleet.remote import run_cell_remote
 from rtmatrix.matrix import Cell, parse_matrix
+from rtmatrix.protocol import PROTOCOL_VERSION
 
 TEXT = """
 [run]
@@ -79,5 +80,7 @@ def test_a_job_of_another_version_is_refused_naming_both(
 
 
 def test_an_unreadable_job_is_refused() -> None:
-    reply = CellReply.from_dict(run_cell_remote({"protocol": 1, "schema_version": 1}))
+    reply = CellReply.from_dict(
+        run_cell_remote({"protocol": PROTOCOL_VERSION, "schema_version": 1})
+    )
     assert reply.refused is not None and "missing key 'cell'" in reply.refused

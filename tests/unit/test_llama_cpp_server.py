@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from rtmatrix.adapters.base import LoadParams
-from rtmatrix.runtimes.llama_cpp.adapter import LlamaCppAdapter, load_settings
+from rtmatrix.runtimes.llama_cpp.adapter import (
+    CRASH_CONTROL,
+    LlamaCppAdapter,
+    extra_buffer_types,
+    load_settings,
+)
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer, missing_deps, server_model
 
 
@@ -40,3 +45,23 @@ def test_the_server_gets_the_adapters_settings(tmp_path: Path) -> None:
     assert cfg["interrupt_requests"] is False and cfg["port"] == 4321
     assert "interrupt_requests" not in driver.launch(tmp_path, "d", 1, interrupt=None).settings
     assert driver.logged_disconnect("... Disconnected from client (via refresh/close) ...")
+
+
+def test_extra_buffer_types_off_serves_through_the_launcher(tmp_path: Path) -> None:
+    if missing_deps():
+        pytest.skip(f"llama-cpp-python[server] extras missing: {missing_deps()}")
+    settings = load_settings(tmp_path / "model.gguf", LoadParams(n_ctx=256, threads=2))
+    driver = LlamaCppServer(LlamaCppAdapter(), settings, extra_bufts=False)
+    argv = driver.launch(tmp_path, "srv", 4321, interrupt=None).argv
+    assert argv[1:5] == ["-m", "rtmatrix.runtimes.llama_cpp.server_main", "--no-extra-bufts",
+                         "--config_file"]  # fmt: skip
+    assert "extra_buffer_types" not in json.loads((tmp_path / "srv.json").read_text("utf-8"))
+
+
+def test_extra_buffer_types_is_a_boolean_defaulting_to_llama_cpps_own() -> None:
+    assert extra_buffer_types({}) is True
+    assert extra_buffer_types({"extra_buffer_types": False}) is False
+    with pytest.raises(ValueError, match=r"options\.extra_buffer_types 'off': valid: true"):
+        extra_buffer_types({"extra_buffer_types": "off"})
+    assert CRASH_CONTROL.options == {"extra_buffer_types": False}
+    assert LlamaCppAdapter.crash_control is CRASH_CONTROL

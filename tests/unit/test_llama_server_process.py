@@ -30,6 +30,9 @@ def test_the_command_line_is_a_service_of_n_slots() -> None:
     assert cfg.to_dict()["n_ctx_total"] == 2048
     off = process.server_argv(Path("x"), process.ServerConfig("m", 1, 64, 1, 1, 64, 64, False))
     assert "--no-cont-batching" in off
+    assert "--repack" in argv and "--no-repack" not in argv  # llama.cpp's default, explicit
+    no_repack = process.ServerConfig("m", 1, 64, 1, 1, 64, 64, extra_buffer_types=False)
+    assert "--no-repack" in process.server_argv(Path("x"), no_repack)
 
 
 def test_a_missing_build_is_unavailable_with_the_fix(

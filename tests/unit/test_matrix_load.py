@@ -208,3 +208,16 @@ def test_a_bad_sweep_names_the_key_and_the_fix(sweep: str, pattern: str) -> None
     text = f"[[runtimes]]\nname = 'llama_cpp'\n{sweep}\n[[fixtures]]\nmodel = 'tiny'\n"
     with pytest.raises(MatrixError, match=r"m\.toml: runtimes\[0\]\.?.*" + pattern):
         parse(text)
+
+
+def test_crash_control_is_a_table_of_options_or_false() -> None:
+    base = "[[fixtures]]\nmodel = 'tiny'\n[[runtimes]]\nname = 'llama_cpp'\n"
+    assert parse(base).cells()[0].crash_control is None  # the adapter's own
+    off = parse(base + "crash_control = false\n").cells()[0]
+    assert off.crash_control is False
+    own = parse(base + "crash_control = { flash_attn = 'off' }\n").cells()[0]
+    assert own.crash_control == {"flash_attn": "off"}
+    with pytest.raises(MatrixError, match=r"runtimes\[0\]\.crash_control.*extra_buffer_types"):
+        parse(base + "crash_control = {}\n")
+    with pytest.raises(MatrixError, match=r"runtimes\[0\]\.crash_control: expected a table"):
+        parse(base + "crash_control = 'off'\n")

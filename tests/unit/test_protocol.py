@@ -16,6 +16,7 @@ from rtmatrix.protocol import (
     Repetition,
     WorkerResult,
     read_events,
+    read_log_lines,
 )
 from rtmatrix.worker import EXIT_BAD_JOB
 
@@ -112,3 +113,15 @@ def test_events_skip_a_line_cut_short(tmp_path: Path) -> None:
     path.write_text("\n".join(lines) + '\n{"phase": "gener')
     events = read_events(path)
     assert [(e.phase, e.mark) for e in events] == [("load", None), (None, "loaded")]
+
+
+def test_runtime_log_lines_are_events_of_their_own(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    lines = [
+        PhaseEvent(t=1.0, phase="load").to_json(),
+        PhaseEvent(t=1.1, log=["info", "AMX model buffer size = 13.50 MiB"]).to_json(),
+        PhaseEvent(t=1.2, log=["warn", "odd"]).to_json(),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    assert read_log_lines(path) == ["[info] AMX model buffer size = 13.50 MiB", "[warn] odd"]
+    assert [e.phase for e in read_events(path)] == ["load", None, None]

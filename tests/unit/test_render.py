@@ -513,3 +513,45 @@ def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
     assert 'id="history"' not in html  # the comparison section judges the two sides
     plain = render_html(side_runs())
     assert 'id="history"' in plain  # the same two runs, reported alone: a history
+
+
+def _diagnosed_run() -> dict[str, Any]:
+    """sample_run with llama.cpp's q4_0 cell crashed and diagnosed by its control run."""
+    run = sample_run()
+    c = next(c for c in run["cells"] if c["runtime"] == "llama_cpp" and c["key"].count("q4_0"))
+    c["outcome"] = {"status": "crash", "phase": "generate", "exit_code": -11,
+                    "signal": "SIGSEGV", "message": "worker killed by SIGSEGV"}  # fmt: skip
+    c["verdict"] = "FAIL"
+    c["evidence"]["runtime_log_at_crash"] = {
+        "lines_total": 441,
+        "tail": ["[info] llama_context: n_ctx = 256", "[info] graph_reserve: last line"],
+        "matching": ["[info] load_tensors: AMX model buffer size = 13.50 MiB"],
+        "source": "appended as they arrived",
+    }
+    c["diagnosed"] = True
+    c["control"] = {
+        "options": {"extra_buffer_types": False},
+        "explains": "llama.cpp's extra buffer types",
+        "outcome": {"status": "ok", "message": "completed"},
+        "verdict": "PASS",
+        "parity": c["parity"],
+        "metrics": {"tg_tps": {"value": 654.0, "unit": "tokens/s", "source": "harness-clock"}},
+        "wall_s": 2.5,
+        "note": "the control's figures, not the row's",
+    }
+    c["verdict_reason"] = "crashes (SIGSEGV in phase 'generate') ...; runs with ..."
+    return run
+
+
+def test_a_diagnosed_crash_shows_its_control_log_and_the_settings_it_needed() -> None:
+    run = _diagnosed_run()
+    html = render_html([run])
+    assert 'data-control="diagnosed"' in html
+    assert "diagnosed: runs with extra_buffer_types=false" in html
+    assert "Control run (diagnosed)" in html and "654" in html
+    assert "AMX model buffer size = 13.50 MiB" in html and "graph_reserve: last line" in html
+    notes = Notes()
+    rows = {r.label: r.entries for r in selection(columns([run]), notes)}
+    llama = {it.label: it.parts[0].value.text for it in rows["settings needed"][0]}
+    assert llama["q4_0"] == "needs extra_buffer_types=false (crashes by default)"
+    assert llama["f32"] == "defaults"

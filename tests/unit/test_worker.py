@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rtmatrix.protocol import Job, JobParams, WorkerResult, read_events
+from rtmatrix.protocol import Job, JobParams, WorkerResult, read_events, read_log_lines
 from rtmatrix.worker import describe, main
 
 
@@ -18,6 +18,11 @@ def test_describe_reports_metadata_without_the_runtime() -> None:
         "container": "gguf",
         "prepares": True,  # builds llama-bench once per run
         "reference_tool": True,
+        "crash_control": {  # a crashed cell is rerun with extra buffer types off
+            "options": {"extra_buffer_types": False},
+            "explains": info["crash_control"]["explains"],
+            "log_pattern": info["crash_control"]["log_pattern"],
+        },
     }
 
 
@@ -67,3 +72,21 @@ def test_a_scenario_the_runtime_cannot_run_is_unavailable_before_the_load(tmp_pa
     assert "does not offer the Streaming capability" in (result.message or "")
     events = read_events(tmp_path / "events.jsonl")
     assert "load" not in [e.phase for e in events if e.phase]
+
+
+def test_the_runtimes_log_lines_reach_the_phase_log_before_it_dies(tmp_path: Path) -> None:
+    from rtmatrix.fixtures import prepare_fixture
+
+    job = tmp_path / "job.json"
+    params = JobParams(n_ctx=64, threads=1, prompt_tokens=4, gen_tokens=3, repetitions=1, warmup=0)
+    model = prepare_fixture("tiny", "tiny", "f32", None, "gguf").path
+    Job(adapter="tests.helpers.adapters:FastPathAdapter", model_path=str(model),
+        params=params).write(job)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "rtmatrix.worker", str(job)], check=False,
+                          capture_output=True, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert proc.returncode == -11  # SIGSEGV in the first decode, no result written
+    assert not (tmp_path / "result.json").exists()
+    lines = read_log_lines(tmp_path / "events.jsonl")
+    assert len(lines) == 101 and lines[-1] == "[info] load: fast path on: 3 tensors repacked"
+    phases = [e.phase for e in read_events(tmp_path / "events.jsonl") if e.phase]
+    assert phases[-1] == "generate"  # the log lines do not hide where it died

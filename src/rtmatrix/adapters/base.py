@@ -43,6 +43,28 @@ class RuntimeUnavailable(ImportError):
     """The runtime behind an adapter is not installed; the message names the fix."""
 
 
+#: where an adapter sends the runtime's own log lines as they arrive: ``sink(level, text)``
+LogSink = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class CrashControl:
+    """A row's control setting for crashes: when a cell of the row dies by a signal, the runner
+    reruns it once with ``options`` merged over the cell's, to tell a crash in one code path of
+    the runtime (e.g. llama.cpp's extra buffer types) from a crash of the model or the harness.
+
+    ``explains`` names, in the runtime's words, what the options turn off; ``log_pattern``
+    picks the runtime log lines of the crashed cell that name that code path (a regex)."""
+
+    options: dict[str, Any]
+    explains: str
+    log_pattern: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"options": dict(self.options), "explains": self.explains,
+                "log_pattern": self.log_pattern}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class LoadParams:
     n_ctx: int
@@ -68,6 +90,19 @@ class Adapter(ABC):
     #: ``(error kind, regex)`` pairs for the messages this runtime prints, tried before the
     #: generic ones of :mod:`rtmatrix.errorkinds` (kinds: :class:`rtmatrix.outcome.ErrorKind`)
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: the setting the runner reruns a crashed cell with (None: the row declares none; a
+    #: matrix can set its own per row with ``crash_control = { option = value }``)
+    crash_control: ClassVar[CrashControl | None] = None
+    #: set by the worker before :meth:`import_runtime`; see :meth:`log_line`
+    log_sink: LogSink | None = None
+
+    def log_line(self, level: str, text: str) -> None:
+        """Hand one line the runtime logged to the worker, which appends it to the cell's
+        phase log at once (so it survives a crash). Adapters whose runtime logs through a
+        callback call this from it; a runtime that writes to stderr needs nothing (the
+        worker's stderr is a file the runner keeps)."""
+        if self.log_sink is not None:
+            self.log_sink(level, text)
 
     @classmethod
     def prepare(cls, log: Callable[[str], None]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ Streaming      ``stream_backend()``          scenarios ``stream`` and ``cancel``
 Abortable      ``abort_prefill(...)``        the mid-prefill cancel of scenario ``cancel``
 Serving        ``server_driver()``           scenario ``serve``
 Placement      ``placement()``               ``evidence.placement`` (fallback outcome)
+Tokenizing     ``tokenize_text(text)``       the tokenizer check of a real model's quality
+                                             text (the runtime's ids against the harness's)
 =============  ============================  ==============================================
 
 Finer capabilities of a backend or a server driver, asked for the same way:
@@ -258,11 +260,21 @@ class Placement(Protocol):
         ...
 
 
+@runtime_checkable
+class Tokenizing(Protocol):
+    """The runtime tokenizes text with the loaded model's own tokenizer."""
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """The ids of ``text`` (no BOS added, special tokens not parsed)."""
+        ...
+
+
 CAPABILITIES: dict[type[Any], str] = {
     Streaming: "stream_backend()",
     Abortable: "abort_prefill(prompt, delay_s)",
     Serving: "server_driver()",
     Placement: "placement()",
+    Tokenizing: "tokenize_text(text)",
     ProcessMemory: "process_rss()",
     UnstreamedRun: "complete(prompt, max_tokens, banned)",
     ServerCounters: "counters(port), slots(port)",

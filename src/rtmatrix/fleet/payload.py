@@ -67,6 +67,7 @@ def cell_to_json(cell: Cell) -> dict[str, Any]:
         "verdicts": cell.verdicts,
         "expect_kinds": list(cell.expect_kinds),
         "target": cell.target,
+        "crash_control": cell.crash_control,
     }
 
 
@@ -82,6 +83,7 @@ def cell_from_json(d: dict[str, Any]) -> Cell:
         verdicts=d["verdicts"],
         expect_kinds=tuple(d["expect_kinds"]),
         target=d["target"],
+        crash_control=d.get("crash_control"),
     )
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from rtmatrix.adapters.base import AdapterError, resolve_adapter
 from rtmatrix.fixtures import all_dtypes
-from rtmatrix.fixtures.spec import builtin_specs
+from rtmatrix.fixtures.sources import SOURCE_PREFIX
+from rtmatrix.fixtures.spec import known_models
 from rtmatrix.fixtures.variants import VARIANTS
 from rtmatrix.matrix.targets import (
     ClusterConfig,
@@ -72,6 +73,7 @@ RUNTIME_KEYS = (
     "skip_variants",
     "targets",
     "sweep",
+    "crash_control",
 )
 FIXTURE_KEYS = (
     "model",
@@ -86,6 +88,7 @@ FIXTURE_KEYS = (
     "verdicts",
     "options",
     "scenario",
+    "source",
 )
 
 
@@ -109,6 +112,9 @@ class RuntimeEntry:
     base: str = ""
     #: this row's values of the swept options (also merged into ``options``)
     swept: dict[str, Any] = field(default_factory=dict)
+    #: the options a crashed cell is rerun with: None = what the adapter declares, False = no
+    #: control run, a table = these options (see :class:`rtmatrix.adapters.base.CrashControl`)
+    crash_control: dict[str, Any] | bool | None = None
 
     @property
     def base_name(self) -> str:
@@ -150,6 +156,8 @@ class Cell:
     expect_kinds: tuple[str, ...] = ()
     #: the [[targets]] label of the host this cell runs on; None in a matrix without targets
     target: str | None = None
+    #: the row's ``crash_control`` (:attr:`RuntimeEntry.crash_control`)
+    crash_control: dict[str, Any] | bool | None = None
 
     @property
     def key(self) -> str:
@@ -219,7 +227,19 @@ class Matrix:
         kinds = rt.expect_kinds if rt.expect else fx.expect_kinds
         verdicts = fx.verdicts | rt.verdicts
         return [
-            Cell(rt.name, rt.adapter, fx, combo, run, options, expect, verdicts, kinds, target)
+            Cell(
+                rt.name,
+                rt.adapter,
+                fx,
+                combo,
+                run,
+                options,
+                expect,
+                verdicts,
+                kinds,
+                target,
+                rt.crash_control,
+            )
             for combo in _combos(self.params | fx.params)
         ]
 
@@ -328,12 +348,13 @@ def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list
             on = row_targets(entry.get("targets"), f"{where}.targets", targets)
         except TargetError as exc:
             raise ctx.fail(exc.key, exc.problem) from None
+        control = _crash_control(ctx, where, entry.get("crash_control"))
         for swept in _sweep(ctx, where, entry.get("sweep"), options):
             out.append(
                 RuntimeEntry(
                     sweep_name(entry["name"], swept) if swept else entry["name"],
                     target, options | swept, rt_expect, verdicts, tuple(skip), kinds, on,
-                    base=entry["name"] if swept else "", swept=swept,
+                    base=entry["name"] if swept else "", swept=swept, crash_control=control,
                 )
             )  # fmt: skip
     names = [r.name for r in out]
@@ -341,6 +362,23 @@ def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list
     if dupes:
         raise ctx.fail("runtimes", f"runtime name(s) listed twice: {', '.join(dupes)}")
     return out
+
+
+def _crash_control(ctx: _Ctx, where: str, raw: Any) -> dict[str, Any] | bool | None:
+    """``crash_control = { option = value, ... }`` (rerun a crashed cell with these options),
+    ``false`` (never), ``true`` or absent (the adapter's own control setting, if it has one)."""
+    if raw is None or raw is True:
+        return None
+    if raw is False:
+        return False
+    table = ctx.table(raw, f"{where}.crash_control")
+    if not table:
+        raise ctx.fail(
+            f"{where}.crash_control",
+            "an empty table reruns nothing; give the options to rerun a crashed cell with "
+            "(e.g. { extra_buffer_types = false }), or false for no control run",
+        )
+    return table
 
 
 def _sweep_value(value: Any) -> str:
@@ -466,11 +504,20 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else base / path
         return [FixtureEntry(name=name, dtype=None, path=path, **extra)]
-    specs = builtin_specs()
     model = entry.get("model")
-    if model not in specs:
+    if "source" in entry:  # a user's checkpoint, imported into every format
+        if model is not None or not isinstance(entry["source"], str):
+            raise ctx.fail(
+                f"{where}.source",
+                'give source = "PATH" (a .gguf file or a HF-style folder) instead of model',
+            )
+        src = Path(entry["source"]).expanduser()
+        src = src if src.is_absolute() else base / src
+        model = f"{SOURCE_PREFIX}{src}"
+        entry = {"name": src.stem if src.suffix else src.name} | entry
+    elif model not in (known := known_models()):
         raise ctx.fail(
-            f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(sorted(specs))}"
+            f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(known)}"
         )
     valid = all_dtypes()
     dtypes = entry.get("dtypes", ["f32"])

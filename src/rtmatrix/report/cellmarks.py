@@ -4,6 +4,7 @@ expected against the observed error kind, why the verdict is not what the outcom
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,9 @@ class CellMarks:
     leaked: tuple[dict[str, Any], ...]  # evidence.leaked_processes
     contended: Badge | None
     ratios: tuple[tuple[str, Value], ...]  # ("PP ÷ llama-bench", 0.86×)
+    #: a crashed cell's control run: "diagnosed: runs with extra_buffer_types=false", or ""
+    control: str = ""
+    diagnosed: bool = False
 
     @property
     def leaked_text(self) -> str:
@@ -79,6 +83,18 @@ def ratios(cell: dict[str, Any], notes: Notes) -> tuple[tuple[str, Value], ...]:
     )
 
 
+def control_text(cell: dict[str, Any]) -> str:
+    """What a crashed cell's control run showed, in a few words ("" when none ran)."""
+    ctl = as_dict(cell.get("control"))
+    if not ctl:
+        return ""
+    opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in as_dict(ctl.get("options")).items())
+    status = as_dict(ctl.get("outcome")).get("status")
+    if cell.get("diagnosed"):
+        return f"diagnosed: runs with {opts}"
+    return f"control with {opts}: {status}"
+
+
 def marks(cell: dict[str, Any], notes: Notes) -> CellMarks:
     return CellMarks(
         kinds(cell),
@@ -86,6 +102,8 @@ def marks(cell: dict[str, Any], notes: Notes) -> CellMarks:
         leaked(cell),
         contention_badge(cell),
         ratios(cell, notes),
+        control_text(cell),
+        bool(cell.get("diagnosed")),
     )
 
 

@@ -25,6 +25,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     Source.OS_ACCOUNTING: ("os", "operating-system accounting (RSS, ru_maxrss)"),
     Source.PACKAGE_METADATA: ("pkg", "the installed distribution's metadata"),
     Source.MODELLED: ("≈", "modelled, not measured"),
+    Source.HARNESS_COMPARISON: (
+        "cmp",
+        "computed by rtmatrix from the runtime's logits against the numpy reference",
+    ),
     Source.UNAVAILABLE: ("n/a", "unavailable: the reason is on hover and in the notes"),
     "machine": ("host", "the host probe of the run (platform, /proc/cpuinfo)"),
     "matrix": ("mx", "summarised from the cells' outcomes and parameters"),
@@ -744,6 +748,44 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
     return items
 
 
+def _options_text(options: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={json.dumps(v)}" for k, v in options.items())
+
+
+def _dtype_settings(cells: list[dict[str, Any]], row_opts: str) -> Value:
+    """What one dtype of a row needed on this host: its row's settings, or a control's."""
+    statuses = [str(c["outcome"]["status"]) for c in cells]
+    controls = [c for c in cells if c.get("control")]
+    rescued = [c for c in controls if c.get("diagnosed")]
+    as_set = f"as configured ({row_opts})" if row_opts else "defaults"
+    if rescued:
+        opts = _options_text(as_dict(rescued[0]["control"].get("options")))
+        title = str(rescued[0].get("verdict_reason") or "")
+        return Value(f"needs {opts} (crashes {'with ' + row_opts if row_opts else 'by default'})",
+                     "matrix", title, None, "v-WARN")  # fmt: skip
+    if controls:
+        opts = _options_text(as_dict(controls[0]["control"].get("options")))
+        title = str(controls[0].get("verdict_reason") or "")
+        return Value(f"crashes; {opts} does not help", "matrix", title, None, "v-FAIL")
+    if all(st == "ok" for st in statuses):
+        return Value(as_set, "matrix", "every cell of this dtype ran ok with the row's settings")
+    worst = ", ".join(sorted(set(statuses) - {"ok"}))
+    return Value(f"{worst} with {as_set}", "matrix", "no control setting was tried", None,
+                 "v-FAIL")  # fmt: skip
+
+
+def _settings_needed(col: Column, notes: Notes) -> list[Item]:
+    """Per dtype: whether the row's own settings ran it on this host, or which control
+    setting (``crash_control``) a crash needed."""
+    by_dtype: dict[str, list[dict[str, Any]]] = {}
+    for c in _normal(col):
+        by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
+    if not by_dtype:
+        return [Item("", (Part("", _no_cells(col, notes, "settings")),))]
+    row_opts = _options_text(as_dict(col.info.get("options")))
+    return [Item(d, (Part("", _dtype_settings(cs, row_opts)),)) for d, cs in by_dtype.items()]
+
+
 def _cold_start(col: Column, notes: Notes) -> list[Item]:
     cells = [c for c in headline_cells(col) if c["metrics"].get(M.COLD_TOTAL, {}).get("value")]
     if not cells:
@@ -964,6 +1006,12 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     ("max context", "largest n_ctx that passed", _max_context),
     ("quantization", "formats tried and their worst verdict", _quant),
     (
+        "settings needed",
+        "per dtype: ran with the row's settings, or needed a control setting on this host "
+        "(a crash rerun with the row's crash_control: e.g. llama.cpp's extra_buffer_types=false)",
+        _settings_needed,
+    ),
+    (
         "package size",
         "bytes of the distribution's files",
         lambda col, n: _first_metric(col, M.PACKAGE_SIZE, n),
@@ -1056,6 +1104,7 @@ KNOWN_EVIDENCE = {
     "debug_facilities",
     "leaked_processes",
     "process_tracking",
+    "runtime_log_at_crash",
 }
 
 

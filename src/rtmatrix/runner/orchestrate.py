@@ -18,11 +18,14 @@ from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, un
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
+from rtmatrix.metrics.quality import QualityPlan
+from rtmatrix.metrics.quality import plan as quality_plan
 from rtmatrix.outcome import Status
-from rtmatrix.protocol import Job, JobParams, WorkerResult
+from rtmatrix.protocol import Job, JobParams, WorkerResult, read_log_lines
 from rtmatrix.results import load_run, save_run
 from rtmatrix.runner import process
 from rtmatrix.runner.classify import CellOutcome, classify, not_run
+from rtmatrix.runner.control import control_for, diagnose, log_at_crash, wants_control
 from rtmatrix.runner.record import (
     Finished,
     base_record,
@@ -54,7 +57,12 @@ class RunContext:
 
 
 def make_job(
-    ctx: RunContext, cell: Cell, fx: PreparedFixture, cgroup: Any, task: str = "cell"
+    ctx: RunContext,
+    cell: Cell,
+    fx: PreparedFixture,
+    cgroup: Any,
+    task: str = "cell",
+    quality: QualityPlan | None = None,
 ) -> Job:
     run, p = cell.run, cell.params
     return Job(
@@ -75,6 +83,9 @@ def make_job(
         address_space_cap_mb=run["address_space_cap_mb"] or None,
         cgroup_procs=str(cgroup.procs) if cgroup else None,
         timeout_s=float(run["timeout_s"]),
+        quality_ids=quality.text_ids if quality else None,
+        quality_text=quality.text if quality else None,
+        quality_positions=quality.positions if quality else 0,
     )
 
 
@@ -113,7 +124,8 @@ def _supervise(
 ) -> Finished:
     """Write the job, run the worker under supervision, classify how it ended."""
     run = cell.run
-    make_job(ctx, cell, fx, cgroup).write(job_dir / "job.json")
+    quality = _quality_plan(cell)
+    make_job(ctx, cell, fx, cgroup, quality=quality).write(job_dir / "job.json")
     kills_before = (cgroup.oom_kills() or 0) if cgroup else 0
     lau = process.launch(
         [str(job_dir / "job.json")],
@@ -134,6 +146,11 @@ def _supervise(
     )
     ok = read.result if read.result and read.result.status == "ok" else None
     evidence = {"memory_cgroup": _cgroup_evidence(cgroup)} if cgroup else {}
+    if read.result is None or read.result.evidence is None:  # died before reporting its log
+        lines = read_log_lines(job_dir / "events.jsonl")
+        if lines:
+            pattern = (ctx.describe[cell.runtime].get("crash_control") or {}).get("log_pattern")
+            evidence["runtime_log_at_crash"] = log_at_crash(lines, str(pattern or ""))
     return Finished(
         cell=cell,
         outcome=outcome,
@@ -143,7 +160,15 @@ def _supervise(
         job_dir=job_dir,
         timeline=(ok.timeline if ok else None) or marks,
         evidence=evidence,
+        quality=quality,
     )
+
+
+def _quality_plan(cell: Cell) -> QualityPlan | None:
+    """A real-model performance cell expected to run gets a teacher-forced quality pass."""
+    if cell.fixture.scenario != "generate" or str(cell.expect) != "ok" or cell.fixture.variant:
+        return None
+    return quality_plan(cell.fixture.model, int(cell.params["n_ctx"]), dict(cell.options))
 
 
 def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
@@ -192,6 +217,11 @@ def _attempts(
             break
     if len(busy) > 1:
         rec["attempts"] = {"n": len(busy), "host_busy_cores": busy}
+    control = control_for(cell, ctx.describe[cell.runtime])
+    if control is not None and wants_control(cell, rec):
+        with tempfile.TemporaryDirectory(prefix="rtmatrix-control-") as tmp:
+            fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup)
+            diagnose(rec, control, cell_record(fin, base, dist))
     if _wants_reference(ctx, cell, rec):
         reference_metrics(rec, *_reference(ctx, cell, fx))
     return rec

@@ -4,6 +4,7 @@ and the run record's header."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -19,11 +20,12 @@ from rtmatrix.fixtures.prepare import reference_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics import cell as cell_metrics
-from rtmatrix.metrics import host, package, parity
+from rtmatrix.metrics import host, package, parity, quality
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
+from rtmatrix.metrics.quality import QualityPlan
 from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
-from rtmatrix.protocol import WorkerResult
+from rtmatrix.protocol import QUALITY_LOGITS, WorkerResult
 from rtmatrix.runner.classify import CellOutcome, refine
 from rtmatrix.runner.process import TAIL_CHARS, Launch
 
@@ -45,6 +47,8 @@ class Finished:
     evidence: dict[str, Any] = field(default_factory=dict)
     #: extra metrics the parent measured (e.g. host_busy_cores)
     metrics: dict[str, Metric] = field(default_factory=dict)
+    #: the teacher-forced quality pass the job asked for (a real model's cell), or None
+    quality: QualityPlan | None = None
 
 
 def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
@@ -100,6 +104,25 @@ def metrics_for(fin: Finished, distribution: str | None) -> dict[str, dict[str, 
         m |= scenario_metrics(Scenario(fin.cell.fixture.scenario), result.scenario)
     m |= fin.metrics
     return {str(k): v.to_dict() for k, v in m.items()}
+
+
+def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
+    """The quality figures of the cell's teacher-forced pass, or unavailable saying why."""
+    path = fin.job_dir / QUALITY_LOGITS if fin.job_dir else None
+    if fin.outcome.status is not Status.OK:
+        return quality.unavailable(f"cell outcome is {fin.outcome.status}")
+    if path is None or not path.exists():
+        return quality.unavailable("the worker wrote no teacher-forced logits")
+    try:
+        ref = quality.reference_logits(plan)
+    except (FixtureError, ExporterUnavailable, OSError) as exc:
+        return quality.unavailable(f"the f32 reference could not be built: {exc}")
+    ran = (fin.result.quality if fin.result else None) or {}
+    detail = plan.detail() | {
+        "tokenizer": ran.get("tokenizer"),
+        "teacher_forced_wall_s": ran.get("wall_s"),
+    }
+    return quality.figures(np.load(path), ref, plan.ids[1:], detail)
 
 
 def parity_for(fin: Finished) -> dict[str, Any]:
@@ -226,6 +249,10 @@ def _evidence(fin: Finished) -> dict[str, Any]:
 def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
     """The finished cell's record: outcome (refined by parity), verdict, metrics, evidence."""
     par = parity_for(fin)
+    if fin.quality is not None:  # a real model: quantized rows are judged by their KLD
+        figures = quality_for(fin, fin.quality)
+        fin.metrics |= figures
+        par = parity.judged_by_quality(par, fin.fixture.dtype if fin.fixture else None, figures)
     invariance_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
@@ -306,6 +333,11 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
             "extra": info.get("extra"),
             "container": info.get("container"),
         }
+        control = rt.crash_control
+        if control is None:  # the adapter's own, if it declares one
+            control = (info.get("crash_control") or {}).get("options")
+        if control is not None:  # the options a crashed cell is rerun with (False: none)
+            entry["crash_control"] = control
         if rt.swept:  # a row a [[runtimes]] sweep made: which table, which values
             entry["sweep"] = {"base": rt.base_name, "values": rt.swept}
         if "error" in info:
@@ -349,6 +381,11 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
     if rec.get("contended") and out["status"] == "ok":
         busy = m[M.HOST_BUSY_CORES]["value"]
         figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
+    ctl = rec.get("control")
+    if ctl:  # a crash rerun with the row's control setting: say what it showed first
+        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in ctl["options"].items())
+        said = "diagnosed" if rec.get("diagnosed") else "not diagnosed"
+        figs += f"  [{said}: control with {opts} ended {ctl['outcome']['status']}]"
     if rec.get("verdict_reason"):
         figs += f"  [{rec['verdict_reason'][:160]}]"
     tag = cell.key.rsplit("|", 1)[-1]

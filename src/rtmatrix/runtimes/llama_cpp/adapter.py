@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
@@ -39,6 +39,34 @@ BINDING_DEFAULTS = {
     "llama.cpp's tools (llama-bench, llama-server, llama-cli) default to auto",
 }
 _FA_MODES = {"auto": "auto", "on": "on", "off": "off", True: "on", False: "off"}
+_BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*(\S+ \S+)")
+
+#: llama.cpp's own default for ``llama_model_params.use_extra_bufts`` (the tools' ``--repack``)
+EXTRA_BUFTS_DEFAULT = True
+
+#: a cell that dies by a signal is rerun once with llama.cpp's extra buffer types off: the
+#: CPU backend's weight-repacking layouts (CPU_REPACK, AMX) are the host-specific kernel path
+#: most likely to crash (llama.cpp issue 20824: AMX on virtualized Sapphire/Granite Rapids)
+CRASH_CONTROL = CrashControl(
+    options={"extra_buffer_types": False},
+    explains="llama.cpp's extra buffer types (use_extra_bufts: weights repacked for the CPU "
+    "backend's AMX / CPU_REPACK kernels)",
+    log_pattern=r"AMX|REPACK|repack|extra buffer|amx",
+)
+
+
+def extra_buffer_types(options: Mapping[str, Any]) -> bool:
+    """The row's ``extra_buffer_types`` option (llama.cpp's ``use_extra_bufts``, which its
+    tools call ``--repack``/``--no-repack``): true (llama.cpp's default) lets the CPU backend
+    repack weights into its AMX or CPU_REPACK layouts; false keeps them as the file stores
+    them."""
+    value = options.get("extra_buffer_types", EXTRA_BUFTS_DEFAULT)
+    if not isinstance(value, bool):
+        msg = f"options.extra_buffer_types {value!r}: valid: true (llama.cpp's default) or false"
+        raise ValueError(msg)
+    return value
+
+
 _CONTEXT_LINE = re.compile(r"^llama_context:\s+(\w+)\s+=\s+(\S.*?)\s*$")
 
 
@@ -70,6 +98,30 @@ def _flash_attn_type(mode: str) -> Iterator[None]:
         inner.LLAMA_FLASH_ATTN_TYPE_DISABLED = saved
 
 
+@contextlib.contextmanager
+def model_params(use_extra_bufts: bool) -> Iterator[None]:
+    """``Llama(...)`` takes no ``use_extra_bufts``: it starts from llama.cpp's
+    ``llama_model_default_params()``, which is wrapped while the model loads so the field is
+    the row's (the log's buffer lines confirm: no ``CPU_REPACK``/``AMX model buffer``)."""
+    if use_extra_bufts == EXTRA_BUFTS_DEFAULT:
+        yield
+        return
+    import llama_cpp.llama_cpp as inner
+
+    saved = inner.llama_model_default_params
+
+    def _params() -> Any:
+        params = saved()
+        params.use_extra_bufts = use_extra_bufts
+        return params
+
+    inner.llama_model_default_params = _params
+    try:
+        yield
+    finally:
+        inner.llama_model_default_params = saved
+
+
 def load_settings(model_path: Path, params: LoadParams) -> dict[str, Any]:
     """The ``Llama(...)`` keyword arguments for this row: the one rule for how llama.cpp loads a
     model here, used by :meth:`LlamaCppAdapter.load` and by the server the ``serve`` scenario
@@ -97,8 +149,10 @@ class LlamaCppAdapter(Adapter):
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+    crash_control: ClassVar[CrashControl | None] = CRASH_CONTROL
 
     def __init__(self) -> None:
+        self._extra_bufts = EXTRA_BUFTS_DEFAULT
         self._lib: Any = None
         self._llm: Any = None
         self._ctx: Any = None
@@ -138,7 +192,9 @@ class LlamaCppAdapter(Adapter):
         self._partial += text
         while "\n" in self._partial:
             line, self._partial = self._partial.split("\n", 1)
-            self._log.append((_LEVELS.get(level, str(level)), line))
+            name = _LEVELS.get(level, str(level))
+            self._log.append((name, line))
+            self.log_line(name, line)
 
     # -- the runtime's own tools (ReferenceBenchmark; prepared once per run) ------------------
     @classmethod
@@ -161,12 +217,14 @@ class LlamaCppAdapter(Adapter):
         cls, model_path: Path, params: JobParams, options: Mapping[str, Any]
     ) -> dict[str, Any]:
         """llama-bench on the cell's file with the settings this row loads the model with
-        (threads, n_batch, n_ubatch, flash attention, mmap), prompt and generation lengths."""
+        (threads, n_batch, n_ubatch, flash attention, mmap, extra buffer types as ``--repack``),
+        prompt and generation lengths."""
         from rtmatrix.runtimes.llama_cpp import reftool
 
         load = LoadParams(n_ctx=params.n_ctx, threads=params.threads, options=dict(options))
         st = load_settings(model_path, load)
-        extra = [str(x) for x in options.get("reference_extra_args", [])]
+        repack = ["--repack", "1" if extra_buffer_types(options) else "0"]
+        extra = repack + [str(x) for x in options.get("reference_extra_args", [])]
         # PP from an empty cache and TG after the prompt, as the harness measures them: one
         # llama-bench run per phase (-n 0 / -p 0), with the row's own load settings
         runs = {
@@ -200,11 +258,13 @@ class LlamaCppAdapter(Adapter):
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:
         """Options: ``use_mmap`` (default true; false reads the weights into anonymous memory,
-        as a device without a page cache to lean on would)."""
+        as a device without a page cache to lean on would), ``flash_attn``,
+        ``extra_buffer_types`` (:func:`extra_buffer_types`)."""
         self._settings = load_settings(model_path, params)
         self._fa_mode = flash_attn_mode(params.options)
+        self._extra_bufts = extra_buffer_types(params.options)
         try:
-            with _flash_attn_type(self._fa_mode):
+            with _flash_attn_type(self._fa_mode), model_params(self._extra_bufts):
                 self._llm = self._lib.Llama(**self._settings)
         except (ValueError, RuntimeError) as exc:
             # the binding's message is generic; llama.cpp's own error lines say what was wrong
@@ -271,7 +331,7 @@ class LlamaCppAdapter(Adapter):
 
     def server_driver(self) -> LlamaCppServer:
         """``python -m llama_cpp.server`` with this adapter's load settings."""
-        return LlamaCppServer(self, self._settings)
+        return LlamaCppServer(self, self._settings, extra_bufts=self._extra_bufts)
 
     # -- what the backend and the server driver use ---------------------------------------------
     def stream_completion(
@@ -312,6 +372,12 @@ class LlamaCppAdapter(Adapter):
             stopping_criteria=lib.StoppingCriteriaList([_hook]),
         )
         return chunks
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """llama.cpp's own tokenization of ``text`` with the loaded model's vocabulary
+        (Tokenizing: no BOS, special tokens not parsed)."""
+        ids = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        return [int(t) for t in ids]
 
     def sequence_tokens(self) -> list[int]:
         """The token ids the high-level ``Llama`` object holds evaluated (prompt + generated, the
@@ -461,10 +527,19 @@ class LlamaCppAdapter(Adapter):
             if "Flash Attention" in text and ("enabled" in text or "disabled" in text):
                 effective["flash_attn_resolved"] = "enabled" if "enabled" in text else "disabled"
         requested = {k: v for k, v in self._settings.items() if k not in ("model_path", "verbose")}
+        buffers = {m.group(1): m.group(2) for _, t in self._log if (m := _BUFFER_LINE.search(t))}
         return {
-            "requested": requested | {"flash_attn": self._fa_mode},
+            "requested": requested
+            | {"flash_attn": self._fa_mode, "extra_buffer_types": self._extra_bufts},
             "effective": effective,
             "repack": any("REPACK" in t and "buffer size" in t for _, t in self._log),
+            "model_buffers": buffers,
+            "extra_buffer_types": {
+                "requested": self._extra_bufts,
+                "llama_cpp_default": EXTRA_BUFTS_DEFAULT,
+                "extra_in_use": sorted(b for b in buffers if b not in ("CPU", "CPU_Mapped")),
+                "how": "llama_model_params.use_extra_bufts (llama-bench/llama-server --repack)",
+            },
             "threadpool": "OpenMP build: llama.cpp's poll setting does not apply",
             "binding_defaults": BINDING_DEFAULTS,
         }

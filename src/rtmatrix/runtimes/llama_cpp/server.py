@@ -40,7 +40,9 @@ class LlamaCppServer:
     program = "llama_cpp.server"
     api = "llama_cpp.server (OpenAI-compatible /v1/completions, server-sent events)"
 
-    def __init__(self, adapter: LlamaCppAdapter, settings: dict[str, Any]) -> None:
+    def __init__(
+        self, adapter: LlamaCppAdapter, settings: dict[str, Any], *, extra_bufts: bool = True
+    ) -> None:
         missing = missing_deps()
         if missing:
             msg = (
@@ -53,6 +55,7 @@ class LlamaCppServer:
             raise RuntimeError(msg)
         self._a = adapter
         self._model = server_model(settings)
+        self._extra_bufts = extra_bufts
 
     def prompt_text(self, tokens: Sequence[int]) -> str:
         return self._a.text_of(tokens)
@@ -66,9 +69,10 @@ class LlamaCppServer:
             cfg["interrupt_requests"] = interrupt
         path = workdir / f"{name}.json"
         path.write_text(json.dumps(cfg), "utf-8")
-        return ServerLaunch(
-            [sys.executable, "-m", "llama_cpp.server", "--config_file", str(path)], cfg
-        )
+        cmd = ["-m", "llama_cpp.server"]
+        if not self._extra_bufts:  # the server's settings cannot say it: a launcher does
+            cmd = ["-m", "rtmatrix.runtimes.llama_cpp.server_main", "--no-extra-bufts"]
+        return ServerLaunch([sys.executable, *cmd, "--config_file", str(path)], cfg)
 
     def logged_disconnect(self, log: str) -> bool:
         return "Disconnected from client" in log

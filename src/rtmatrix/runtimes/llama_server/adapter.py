@@ -14,8 +14,9 @@ before the row's first cell; a cell without them is ``unavailable`` with the rea
 
 Row options: ``parallel`` (slots, 4), ``cont_batching`` (true), ``flash_attn`` (``auto``, as the
 llama_cpp row and llama.cpp's own tools: :func:`rtmatrix.runtimes.llama_cpp.adapter.
-flash_attn_mode`), ``server_args`` (extra command-line arguments), ``start_timeout_s`` (90),
-``request_timeout_s`` (120).
+flash_attn_mode`), ``extra_buffer_types`` (true, llama.cpp's default: ``--repack``; false:
+``--no-repack``, as the llama_cpp row's option), ``server_args`` (extra command-line
+arguments), ``start_timeout_s`` (90), ``request_timeout_s`` (120).
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
 from rtmatrix.runtimes.llama_cpp import reftool
-from rtmatrix.runtimes.llama_cpp.adapter import flash_attn_mode
+from rtmatrix.runtimes.llama_cpp.adapter import (
+    CRASH_CONTROL,
+    EXTRA_BUFTS_DEFAULT,
+    extra_buffer_types,
+    flash_attn_mode,
+)
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.driver import LlamaServerDriver
 from rtmatrix.runtimes.llama_server.errors import ERROR_PATTERNS
@@ -62,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "parallel": 4,
     "cont_batching": True,
     "flash_attn": "auto",
+    "extra_buffer_types": EXTRA_BUFTS_DEFAULT,
     "server_args": [],
     "start_timeout_s": 90.0,
     "request_timeout_s": 120.0,
@@ -96,6 +103,7 @@ class LlamaServerAdapter(Adapter):
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+    crash_control: ClassVar[CrashControl | None] = CRASH_CONTROL
 
     def __init__(self) -> None:
         self._opts: dict[str, Any] = dict(DEFAULTS)
@@ -168,6 +176,7 @@ class LlamaServerAdapter(Adapter):
             n_ubatch=min(params.n_ctx, params.n_batch),
             cont_batching=bool(self._opts["cont_batching"]),
             flash_attn=flash_attn_mode(self._opts),
+            extra_buffer_types=extra_buffer_types(self._opts),
             extra_args=tuple(str(a) for a in self._opts["server_args"]),
         )
         self._workdir = Path(tempfile.mkdtemp(prefix="rtmatrix-llama-server-"))
@@ -314,6 +323,12 @@ class LlamaServerAdapter(Adapter):
                 "log_lines_total": len(lines),
                 "log_excerpt": [ln for ln in lines if _EVIDENCE.search(ln)][:80],
                 "flash_attn": flash_attn_record(self._cfg.flash_attn, lines),
+                "extra_buffer_types": {
+                    "requested": self._cfg.extra_buffer_types,
+                    "llama_cpp_default": EXTRA_BUFTS_DEFAULT,
+                    "how": "--repack / --no-repack (llama_model_params.use_extra_bufts)",
+                    "buffer_lines": [ln for ln in lines if "model buffer size" in ln][:8],
+                },
                 "log_tail": "\n".join(lines[-40:]),
             }
             if srv.alive():

@@ -46,6 +46,8 @@ class ServerConfig:
     n_ubatch: int
     cont_batching: bool = True
     flash_attn: str = "auto"
+    #: llama.cpp's extra buffer types (weight repacking): ``--repack`` / ``--no-repack``
+    extra_buffer_types: bool = True
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +81,7 @@ def server_argv(binary: Path, cfg: ServerConfig) -> list[str]:
         str(cfg.n_ubatch),
         "--flash-attn",
         cfg.flash_attn,
+        "--repack" if cfg.extra_buffer_types else "--no-repack",
         "--n-gpu-layers",
         "0",
         "--metrics",

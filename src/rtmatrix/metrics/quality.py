@@ -1,0 +1,135 @@
+"""What a runtime's weights and kernels cost in quality on a real model, on real text.
+
+A real-model cell (its fixture has a ``source`` checkpoint) gets a teacher-forced pass over one of
+rtmatrix's own texts after its timed generation: the worker feeds the text's ids through the
+adapter's own ``prefill``/``decode``/``last_logits`` and keeps the logits predicting each next
+id; here they are judged against the numpy reference on the *f32 canonical weights* (the
+checkpoint's values as shipped), as llama.cpp's ``llama-perplexity --kl-divergence`` judges a
+quantized file against its base:
+
+- ``kld_mean`` / ``kld_p99``: KL(P_reference || P_runtime) of the next-token distributions, nats;
+- ``same_top_pct``: how often both put the same token first;
+- ``ppl`` / ``ppl_reference``: perplexity of the text under the runtime and under the reference.
+
+Every figure names the text, the number of positions and the reference it is against.
+Row options: ``quality = false`` skips the pass; ``quality_text`` (a shipped text's name);
+``quality_tokens`` (positions to score, default 512, at most ``n_ctx - 1``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rtmatrix.names import M
+from rtmatrix.outcome import Metric, Source
+
+DEFAULT_POSITIONS = 512
+QUALITY_METRICS = (M.KLD_MEAN, M.KLD_P99, M.SAME_TOP, M.PPL, M.PPL_REFERENCE)
+_UNITS = {M.KLD_MEAN: "nats", M.KLD_P99: "nats", M.SAME_TOP: "%", M.PPL: "ppl",
+          M.PPL_REFERENCE: "ppl"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QualityPlan:
+    """The ids a cell is teacher-forced through, and what they are."""
+
+    model: str
+    text_name: str
+    text: str
+    text_ids: list[int]  # the whole text, as the harness tokenizes it
+    positions: int  # the first positions + 1 ids are fed: each but the last predicts the next
+
+    @property
+    def ids(self) -> list[int]:
+        return self.text_ids[: self.positions + 1]
+
+    def detail(self) -> dict[str, Any]:
+        return {
+            "text": self.text_name,
+            "positions": self.positions,
+            "reference": "numpy forward pass on the f32 canonical weights (the checkpoint's "
+            "values as shipped), teacher-forced over the same ids",
+            "method": "KL(P_reference || P_runtime) of the next-token distributions; same top "
+            "token; perplexity exp(mean NLL of the text's next ids)",
+        }
+
+
+def plan(model: str | None, n_ctx: int, options: dict[str, Any]) -> QualityPlan | None:
+    """The quality pass of a real-model cell, or None (a seeded model, or ``quality = false``)."""
+    if model is None or options.get("quality", True) is False:
+        return None
+    from rtmatrix.fixtures.spec import get_spec
+    from rtmatrix.fixtures.tokenizer import TEXTS, encode, shipped_text
+
+    spec = get_spec(model)
+    if not spec.source:
+        return None
+    name = str(options.get("quality_text", TEXTS[0]))
+    text = shipped_text(name)
+    ids = encode(spec.source, text)
+    positions = min(int(options.get("quality_tokens", DEFAULT_POSITIONS)), n_ctx - 1, len(ids) - 1)
+    return QualityPlan(model, name, text, ids, positions)
+
+
+def reference_logits(plan: QualityPlan) -> NDArray[np.float32]:
+    """The f32 reference's logits predicting each next id (cached by model and ids)."""
+    from rtmatrix.fixtures.cache import cached_build, load_arrays, save_arrays
+    from rtmatrix.fixtures.model import Reference, make_weights
+    from rtmatrix.fixtures.spec import get_spec
+
+    spec = get_spec(plan.model)
+    ids_hash = hashlib.sha256(json.dumps(plan.ids).encode()).hexdigest()
+    key = {"quality_reference_version": "1", "spec": spec.content(), "ids": ids_hash}
+
+    def build(path: Path) -> dict[str, Any]:
+        ref = Reference(spec, make_weights(spec))
+        save_arrays(path, {"logits": ref.forward(plan.ids[:-1], ref.new_cache())})
+        return {"positions": plan.positions, "text": plan.text_name}
+
+    art = cached_build(f"{plan.model}-quality-ref", key, "logits.npz", build)
+    return np.asarray(load_arrays(art.path)["logits"], dtype=np.float32)
+
+
+def _log_softmax(x: NDArray[Any]) -> NDArray[np.float64]:
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return np.asarray(x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
+
+
+def figures(
+    runtime: NDArray[Any], reference: NDArray[Any], next_ids: list[int], detail: dict[str, Any]
+) -> dict[str, Metric]:
+    """The quality figures of one teacher-forced pass (``runtime`` and ``reference`` are the
+    logits predicting ``next_ids``, one row each)."""
+    if runtime.shape != reference.shape or runtime.shape[0] != len(next_ids):
+        why = f"runtime logits {runtime.shape} do not match the reference's {reference.shape}"
+        return unavailable(why)
+    if not np.isfinite(runtime).all():
+        return unavailable("the runtime's logits hold non-finite values")
+    lp_rt, lp_ref = _log_softmax(runtime), _log_softmax(reference)
+    kld = (np.exp(lp_ref) * (lp_ref - lp_rt)).sum(axis=-1)
+    rows = np.arange(len(next_ids))
+    target = np.asarray(next_ids)
+    nll_rt, nll_ref = -lp_rt[rows, target], -lp_ref[rows, target]
+    same = float(np.mean(runtime.argmax(-1) == reference.argmax(-1)) * 100.0)
+    src = Source.HARNESS_COMPARISON
+    return {
+        M.KLD_MEAN: Metric(
+            float(kld.mean()), "nats", src, detail=detail | {"sd": float(kld.std())}
+        ),
+        M.KLD_P99: Metric(float(np.percentile(kld, 99)), "nats", src, detail=detail),
+        M.SAME_TOP: Metric(same, "%", src, detail=detail),
+        M.PPL: Metric(float(np.exp(nll_rt.mean())), "ppl", src, detail=detail),
+        M.PPL_REFERENCE: Metric(float(np.exp(nll_ref.mean())), "ppl", src, detail=detail),
+    }
+
+
+def unavailable(reason: str) -> dict[str, Metric]:
+    return {m: Metric.unavailable(_UNITS[m], reason) for m in QUALITY_METRICS}

@@ -1,0 +1,134 @@
+"""The control run for crashes: a cell that dies by a signal is rerun once with its row's
+control setting (:class:`rtmatrix.adapters.base.CrashControl`: llama.cpp's extra buffer types
+off, say), so the record tells a crash in one code path of the runtime on this host from a
+crash of the model or the harness.
+
+The cell keeps its own outcome (the default setting's truth); the control's outcome, figures and
+settings go into ``control``, ``diagnosed`` says whether the control ran ok, and the cell's
+``verdict_reason`` explains both in a sentence. The control's figures are never the row's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from rtmatrix.matrix import Cell
+from rtmatrix.names import M
+from rtmatrix.outcome import Expect
+
+#: generic words of a runtime's log that say what it was doing when it died
+_GENERIC = r"error|fail|abort|assert|warn|buffer size"
+#: figures of the control shown beside the crashed cell
+HEADLINE = (M.PP_TPS, M.TG_TPS)
+
+
+@dataclass(frozen=True)
+class Control:
+    """The options a crashed cell is rerun with, what they turn off and where it came from."""
+
+    options: dict[str, Any]
+    explains: str
+    log_pattern: str
+    source: str  # "adapter" (the row's declared control) or "matrix" (crash_control = {...})
+
+    def text(self) -> str:
+        return ", ".join(f"{k}={_toml(v)}" for k, v in self.options.items())
+
+    def cell(self, cell: Cell) -> Cell:
+        """The control cell: the same cell with the control options, and no control of its own."""
+        return replace(cell, options=cell.options | self.options, crash_control=False)
+
+
+def _toml(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def control_for(cell: Cell, info: dict[str, Any]) -> Control | None:
+    """The row's control for this cell (the matrix's ``crash_control`` over the adapter's), or
+    None: none declared, turned off, or the cell already runs with the control options."""
+    if cell.crash_control is False:
+        return None
+    if isinstance(cell.crash_control, dict):
+        ctl = Control(dict(cell.crash_control), "the row's crash_control options", "", "matrix")
+    else:
+        declared = info.get("crash_control")
+        if not isinstance(declared, dict) or not declared.get("options"):
+            return None
+        ctl = Control(dict(declared["options"]), str(declared.get("explains", "")),
+                      str(declared.get("log_pattern", "")), "adapter")  # fmt: skip
+    if all(cell.options.get(k) == v for k, v in ctl.options.items()):
+        return None
+    return ctl
+
+
+def wants_control(cell: Cell, rec: dict[str, Any]) -> bool:
+    """A cell expected to run that died by a signal (not a hang, not an OOM kill)."""
+    out = rec["outcome"]
+    return cell.expect is Expect.OK and out["status"] == "crash" and bool(out.get("signal"))
+
+
+def log_at_crash(lines: list[str], pattern: str, keep: int = 60) -> dict[str, Any]:
+    """What a dead worker's runtime log says: its last lines, and the lines that name a code
+    path (the row's ``log_pattern``) or an error, wherever they were."""
+    rx = re.compile(f"{pattern}|{_GENERIC}" if pattern else _GENERIC, re.IGNORECASE)
+    return {
+        "lines_total": len(lines),
+        "tail": lines[-keep:],
+        "matching": [ln for ln in lines if rx.search(ln)][:80],
+        "pattern": rx.pattern,
+        "source": "the runtime's own log lines, appended to the worker's events.jsonl as they "
+        "arrived (the worker died or was killed before it could report them)",
+    }
+
+
+def _named_lines(rec: dict[str, Any], pattern: str) -> list[str]:
+    if not pattern:
+        return []
+    found = (rec.get("evidence") or {}).get("runtime_log_at_crash") or {}
+    rx = re.compile(pattern)
+    return [ln for ln in found.get("matching", []) if rx.search(ln)][:3]
+
+
+def _figures(ctl: dict[str, Any]) -> str:
+    parts = []
+    for key, label in zip(HEADLINE, ("PP", "TG"), strict=True):
+        value = (ctl["metrics"].get(key) or {}).get("value")
+        if isinstance(value, int | float):
+            parts.append(f"{label} {value:.0f} tok/s")
+    return ", ".join(parts)
+
+
+def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None:
+    """Put the control's record into the crashed cell's and say what it shows."""
+    out, c_out = rec["outcome"], ctl["outcome"]
+    ok = c_out["status"] == "ok"
+    rec["diagnosed"] = ok
+    rec["control"] = {
+        "options": control.options,
+        "source": control.source,
+        "explains": control.explains,
+        "outcome": c_out,
+        "verdict": ctl["verdict"],
+        "parity": ctl["parity"],
+        "metrics": ctl["metrics"],
+        "settings": (ctl.get("evidence") or {}).get("settings"),
+        "wall_s": ctl["wall_s"],
+        "note": "the same cell rerun once with these options; its figures are the control's, "
+        "not the row's, and are not ranked",
+    }
+    what = control.explains or control.text()
+    said = _named_lines(rec, control.log_pattern)
+    log = f"; its log names the path: {' | '.join(s.strip() for s in said)}" if said else ""
+    head = f"crashes ({out.get('signal')} in phase '{out.get('phase')}') with {what} on{log}"
+    if ok:
+        figs = _figures(ctl)
+        tail = f"runs with {control.text()} (control ok{', ' + figs if figs else ''})"
+    else:
+        tail = (f"the control with {control.text()} ends {c_out['status']} too: not explained "
+                "by that setting")  # fmt: skip
+    reason = f"{head}; {tail}"
+    rec["verdict_reason"] = (
+        f"{rec['verdict_reason']}; {reason}" if rec.get("verdict_reason") else reason
+    )
