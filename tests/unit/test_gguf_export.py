@@ -14,7 +14,12 @@ from rtmatrix.fixtures.model import make_weights, tensor_shapes
 from rtmatrix.fixtures.spec import get_spec
 
 
-@pytest.mark.parametrize("dtype", ge.DTYPES)
+def test_as_shipped_needs_a_real_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'as-shipped' needs a GGUF checkpoint"):
+        build_fixture(get_spec("tiny"), "gguf", "as-shipped", root=tmp_path)
+
+
+@pytest.mark.parametrize("dtype", [d for d in ge.DTYPES if d != "as-shipped"])
 def test_export_reads_back_with_ggufreader(tmp_path: Path, dtype: str) -> None:
     spec = get_spec("tiny")
     art = build_fixture(spec, "gguf", dtype, root=tmp_path)

@@ -54,6 +54,8 @@ def write_hf_folder(
         "rope_theta": spec.rope_theta,
         "rms_norm_eps": spec.rms_eps,
         "tie_word_embeddings": tied,
+        "bos_token_id": spec.bos_id,
+        "eos_token_id": spec.eos_id,
     } | (config or {})
     (path / "config.json").write_text(json.dumps(cfg), "utf-8")
     return path

@@ -51,3 +51,26 @@ def test_a_flip_at_a_near_tie_is_numerics_a_clear_margin_is_wrong() -> None:
     assert not clear["within_tolerance"] and clear["divergence_kind"] == "clear-margin"
     unknown = compare("f32", ref, logits, [1, 2, 9, 9], logits)
     assert not unknown["within_tolerance"]
+
+
+def test_a_real_models_f32_is_judged_by_tokens_and_its_quantized_rows_by_kld() -> None:
+    from rtmatrix.metrics.parity import judged_by_quality
+    from rtmatrix.outcome import Metric, Source
+
+    f32 = {"status": "measured", "all_tokens_agree": True, "within_tolerance": False,
+           "max_abs_logit_err": 0.02}  # fmt: skip
+    judged = judged_by_quality(f32, "f32", {})
+    assert judged["within_tolerance"] and "greedy tokens" in judged["judged_by"]
+    assert judged["max_abs_logit_err"] == 0.02  # still reported
+
+    def figs(kld: float, same: float) -> dict[str, Metric]:
+        return {"kld_mean": Metric(kld, "nats", Source.HARNESS_COMPARISON),
+                "same_top_pct": Metric(same, "%", Source.HARNESS_COMPARISON)}  # fmt: skip
+
+    q = {"status": "measured", "all_tokens_agree": False, "within_tolerance": False}
+    assert judged_by_quality(q, "int8", figs(0.11, 78.7))["within_tolerance"]
+    assert not judged_by_quality(q, "q4_0", figs(0.9, 78.7))["within_tolerance"]
+    assert not judged_by_quality(q, "q4_0", figs(0.1, 40.0))["within_tolerance"]
+    assert judged_by_quality({"status": "unavailable"}, "q4_0", figs(0.1, 90)) == {
+        "status": "unavailable"
+    }

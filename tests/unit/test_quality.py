@@ -1,0 +1,60 @@
+"""Quality figures of a teacher-forced pass: KL divergence, same top token, perplexity — checked
+against values computed by hand, and the plan only real-model cells get."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rtmatrix.metrics.quality import QualityPlan, figures, plan, unavailable
+from rtmatrix.names import M
+
+
+def _detail() -> dict[str, object]:
+    return QualityPlan("m", "quality.txt", "t", [1, 2, 3, 4], 3).detail()
+
+
+def test_identical_logits_have_zero_kld_full_agreement_and_equal_perplexity() -> None:
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((5, 40)).astype(np.float32) * 4
+    out = figures(logits, logits, [3, 1, 4, 1, 5], _detail())
+    assert out[M.KLD_MEAN].value == pytest.approx(0, abs=1e-12)
+    assert out[M.SAME_TOP].value == 100.0
+    assert out[M.PPL].value == pytest.approx(out[M.PPL_REFERENCE].value)
+    assert (
+        out[M.KLD_MEAN].detail["positions"] == 3 and out[M.KLD_MEAN].source == "harness-comparison"
+    )
+
+
+def test_figures_match_a_hand_computation() -> None:
+    ref = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.6, 0.3]], dtype=np.float64))
+    rt = np.log(np.array([[0.25, 0.5, 0.25], [0.1, 0.7, 0.2]], dtype=np.float64))
+    out = figures(rt.astype(np.float32), ref.astype(np.float32), [0, 1], _detail())
+    kl0 = 0.5 * math.log(0.5 / 0.25) + 0.25 * math.log(0.25 / 0.5) + 0.0
+    kl1 = 0.6 * math.log(0.6 / 0.7) + 0.3 * math.log(0.3 / 0.2)
+    assert out[M.KLD_MEAN].value == pytest.approx((kl0 + kl1) / 2, rel=1e-5)
+    assert out[M.SAME_TOP].value == 50.0  # row 0: top 0 vs top 1; row 1: both 1
+    assert out[M.PPL].value == pytest.approx(
+        math.exp(-(math.log(0.25) + math.log(0.7)) / 2), rel=1e-5
+    )
+    assert out[M.PPL_REFERENCE].value == pytest.approx(
+        math.exp(-(math.log(0.5) + math.log(0.6)) / 2), rel=1e-5
+    )
+
+
+def test_mismatched_or_non_finite_logits_are_unavailable_with_the_reason() -> None:
+    ref = np.zeros((2, 4), dtype=np.float32)
+    short = figures(np.zeros((1, 4), np.float32), ref, [0, 1], _detail())
+    assert short[M.KLD_MEAN].value is None and "do not match" in str(short[M.KLD_MEAN].reason)
+    bad = ref.copy()
+    bad[0, 0] = np.nan
+    assert "non-finite" in str(figures(bad, ref, [0, 1], _detail())[M.PPL].reason)
+    assert set(unavailable("x")) == {M.KLD_MEAN, M.KLD_P99, M.SAME_TOP, M.PPL, M.PPL_REFERENCE}
+
+
+def test_only_a_real_model_gets_a_quality_pass() -> None:
+    assert plan("tiny", 512, {}) is None  # seeded weights: no text to judge on
+    assert plan(None, 512, {}) is None  # a user's model file without a source
+    assert plan("tiny", 512, {"quality": False}) is None
