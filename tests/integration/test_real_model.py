@@ -99,3 +99,9 @@ def test_quality_figures_and_the_tokenizer_check_on_real_text(real_run: dict[str
             assert tok["agree"] and tok["runtime_tokens"] == tok["harness_tokens"] > 600, tok
         else:
             assert "Tokenizing capability" in tok["unavailable"]
+
+
+def test_every_real_model_cell_shows_its_generated_text(real_run: dict[str, Any]) -> None:
+    for key, c in cells(real_run).items():
+        gen = c["generated_text"]
+        assert gen["tokens"] == 8 and isinstance(gen["text"], str) and gen["text"].strip(), key

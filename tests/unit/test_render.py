@@ -555,3 +555,22 @@ def test_a_diagnosed_crash_shows_its_control_log_and_the_settings_it_needed() ->
     llama = {it.label: it.parts[0].value.text for it in rows["settings needed"][0]}
     assert llama["q4_0"] == "needs extra_buffer_types=false (crashes by default)"
     assert llama["f32"] == "defaults"
+
+
+def test_a_real_model_cell_shows_its_quality_and_its_generated_text_escaped() -> None:
+    run = sample_run()
+    c = next(c for c in run["cells"] if c["runtime"] == "llama_cpp" and "q8_0" in c["key"])
+    detail = {"text": "quality.txt", "positions": 511, "reference": "f32"}
+    c["metrics"] |= {
+        "kld_mean": {"value": 0.0039, "unit": "nats", "source": "harness-comparison", **detail},
+        "same_top_pct": {"value": 94.9, "unit": "%", "source": "harness-comparison", **detail},
+        "ppl": {"value": 38.9, "unit": "ppl", "source": "harness-comparison", **detail},
+    }
+    c["generated_text"] = {"text": "The keeper <b>wrote</b>", "tokens": 6, "how": "decoded"}
+    html = render_html([run])
+    assert "“The keeper &lt;b&gt;wrote&lt;/b&gt;”" in html and "<b>wrote</b>" not in html
+    rows = {r.label: r.entries for r in selection(columns([run]), Notes())}
+    llama = " ".join(p.value.text for it in rows["quality (real model)"][0] for p in it.parts)
+    assert "0.0039" in llama and "94.9" in llama and "38.9" in llama
+    fake = rows["quality (real model)"][1][0].parts[0].value
+    assert fake.text == "not run" and "no real-model cell" in fake.title

@@ -840,6 +840,29 @@ def _metric_row(*figs: Fig, what: str) -> Callable[[Column, Notes], list[Item]]:
     return entry
 
 
+QUALITY_FIGS = (
+    Fig(M.KLD_MEAN, "KLD"),
+    Fig(M.SAME_TOP, "same top"),
+    Fig(M.PPL, "ppl"),
+    Fig(M.KLD_P99, "KLD p99", True),
+    Fig(M.PPL_REFERENCE, "ppl ref", True),
+)
+
+
+def _quality(col: Column, notes: Notes) -> list[Item]:
+    """A real model's teacher-forced figures against the f32 reference, per cell."""
+    cells = [c for c in headline_cells(col) if M.KLD_MEAN in c["metrics"]]
+    if not cells:
+        why = f"{col.runtime} ran no real-model cell (a fixture with a source checkpoint)"
+        return [Item("", (Part("", Value("not run", "matrix", why)),))]
+    vary = varying_params(cells)
+    items = []
+    for c in cells:
+        found = (_fig_part(col, c, f, notes) for f in QUALITY_FIGS)
+        items.append(pick_item(col, c, cell_label(c, vary), tuple(p for p in found if p)))
+    return items
+
+
 def _throughput(
     key: str, counter: str, reference: str, ratio: str, label: str
 ) -> Callable[[Column, Notes], list[Item]]:
@@ -1054,6 +1077,13 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
         lambda col, n: _first_metric(col, M.LICENSE, n),
     ),
     ("parity", "greedy tokens agreeing with the numpy reference", _parity),
+    (
+        "quality (real model)",
+        "teacher-forced over rtmatrix's own text: mean KL divergence from the f32 reference "
+        "(nats), same top token, perplexity (KLD p99 and the reference's perplexity in all "
+        "figures)",
+        _quality,
+    ),
     ("debugging", "debug facilities the runtime offers (probed)", _facilities),
     ("placement / fallback", "where layers ran; whether work fell back", _placement),
     (

@@ -274,7 +274,22 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     }
     if j.reason:
         out["verdict_reason"] = j.reason
+    if fin.quality is not None and fin.result is not None and fin.result.reps:
+        out["generated_text"] = generated_text(fin.quality.model, fin.result.reps[0].tokens)
     return out
+
+
+def generated_text(model: str, tokens: list[int]) -> dict[str, Any]:
+    """A real model's greedy output as text, decoded with the checkpoint's tokenizer."""
+    from rtmatrix.fixtures.spec import get_spec
+    from rtmatrix.fixtures.tokenizer import TokenizerError, tokenizer_for
+
+    try:
+        text = tokenizer_for(get_spec(model).source).decode(tokens, skip_special_tokens=False)
+    except (TokenizerError, FixtureError, OSError) as exc:
+        return {"unavailable": f"no tokenizer to decode with: {exc}"}
+    how = "the first counted repetition's greedy tokens, decoded with the checkpoint's tokenizer"
+    return {"text": str(text), "tokens": len(tokens), "how": how}
 
 
 def reference_metrics(
