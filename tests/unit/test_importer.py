@@ -12,7 +12,7 @@ import pytest
 
 from rtmatrix.fixtures import build_fixture, prepare_fixture, reference_for
 from rtmatrix.fixtures.importer import (
-    ImportError_,
+    CheckpointError,
     hf_name,
     permute_rows,
     read_checkpoint,
@@ -113,14 +113,16 @@ def test_what_the_exporters_cannot_express_is_refused_naming_the_key(
     tmp_path: Path, config: dict[str, object], needle: str
 ) -> None:
     folder = write_hf_folder(get_spec("tiny"), tmp_path / "hf", config=config)
-    with pytest.raises(ImportError_, match="supported") as info:
+    with pytest.raises(CheckpointError, match="supported") as info:
         read_checkpoint(folder)
     assert str(folder) in str(info.value) and needle in str(info.value)
 
 
 def test_another_gguf_architecture_is_refused_before_anything_is_built(tmp_path: Path) -> None:
     other = build_fixture(get_spec("tiny"), "gguf", "f32", "unknown-arch").path
-    with pytest.raises(ImportError_, match=r"general\.architecture = 'rtmatrix-unknown'") as info:
+    with pytest.raises(
+        CheckpointError, match=r"general\.architecture = 'rtmatrix-unknown'"
+    ) as info:
         read_fields(other)
     assert "supported: general.architecture 'llama'" in str(info.value)
     text = f"[[runtimes]]\nname = 'llama_cpp'\n[[fixtures]]\nsource = '{other}'\ndtypes = ['f32']\n"
@@ -133,10 +135,10 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path: Path, tiny_gguf: Path) 
     data = tiny_gguf.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: len(data) * 2 // 3])
-    with pytest.raises(ImportError_, match=str(cut)):
+    with pytest.raises(CheckpointError, match=str(cut)):
         read_checkpoint(cut)
     (tmp_path / "x.bin").write_bytes(b"PK\x03\x04 not a model")
-    with pytest.raises(ImportError_, match=r"not GGUF; give a \.gguf file or a HF-style folder"):
+    with pytest.raises(CheckpointError, match=r"not GGUF; give a \.gguf file or a HF-style folder"):
         read_checkpoint(tmp_path / "x.bin")
 
 
@@ -147,7 +149,7 @@ def test_a_tensor_with_no_place_is_refused_naming_it(tmp_path: Path) -> None:
     save_file({"model.layers.0.self_attn.q_proj.bias": np.zeros(128, np.float32)},
               str(folder / "extra.safetensors"))  # fmt: skip
     with pytest.raises(
-        ImportError_, match=r"'model\.layers\.0\.self_attn\.q_proj\.bias' has no place"
+        CheckpointError, match=r"'model\.layers\.0\.self_attn\.q_proj\.bias' has no place"
     ):
         read_checkpoint(folder)
 
