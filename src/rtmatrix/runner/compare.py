@@ -277,7 +277,8 @@ def prepare_side(
         )
         entry["python"] = spec.python
     record["skipped"] = skipped
-    ctx = RunContext(side_matrix, record, describe, cwd, python=spec.python, reference_runs=False)
+    ctx = RunContext(side_matrix, record, describe, cwd, python=spec.python,
+                     reference_runs=False, quality_runs=False)  # fmt: skip
     return Side(spec, env, side_matrix, describe, cells, ctx, skipped)
 
 

@@ -54,6 +54,9 @@ class RunContext:
     #: run the runtime's own benchmark tool after each performance cell (a comparison does
     #: not: it judges the harness's figures, and a tool run per round would double its time)
     reference_runs: bool = True
+    #: give a real model's cells their teacher-forced quality pass (a comparison does not: it
+    #: judges performance, and the pass would add ~10-25 s to every round of such a cell)
+    quality_runs: bool = True
 
 
 def make_job(
@@ -124,7 +127,7 @@ def _supervise(
 ) -> Finished:
     """Write the job, run the worker under supervision, classify how it ended."""
     run = cell.run
-    quality = _quality_plan(cell)
+    quality = _quality_plan(cell) if ctx.quality_runs else None
     make_job(ctx, cell, fx, cgroup, quality=quality).write(job_dir / "job.json")
     kills_before = (cgroup.oom_kills() or 0) if cgroup else 0
     lau = process.launch(
