@@ -173,6 +173,8 @@ class Job(_Doc):
     quality_text: str | None = None
     #: how many of ``quality_ids`` to score (the first positions + 1 are fed)
     quality_positions: int = 0
+    #: the timed generation's prompt as ids (a real model's text), instead of the seeded ids
+    prompt_ids: list[int] | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:

@@ -281,7 +281,9 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
         result.vocab_size = adapter.vocab_size
         result.special_ids = dict(ids)
         bos = ids.get("bos", -1)
-        prompt = make_prompt(p.prompt_tokens, adapter.vocab_size, bos if bos >= 0 else 1)
+        prompt = list(job.prompt_ids or []) or make_prompt(
+            p.prompt_tokens, adapter.vocab_size, bos if bos >= 0 else 1
+        )
         banned = [ids["eos"]] if ids.get("eos", -1) >= 0 else []
         if job.scenario != "generate":
             from rtmatrix.scenarios import run_scenario

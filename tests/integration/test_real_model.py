@@ -105,3 +105,4 @@ def test_every_real_model_cell_shows_its_generated_text(real_run: dict[str, Any]
     for key, c in cells(real_run).items():
         gen = c["generated_text"]
         assert gen["tokens"] == 8 and isinstance(gen["text"], str) and gen["text"].strip(), key
+        assert gen["prompt"] == "the first 16 tokens of quality.txt", key

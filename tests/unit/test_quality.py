@@ -58,3 +58,18 @@ def test_only_a_real_model_gets_a_quality_pass() -> None:
     assert plan("tiny", 512, {}) is None  # seeded weights: no text to judge on
     assert plan(None, 512, {}) is None  # a user's model file without a source
     assert plan("tiny", 512, {"quality": False}) is None
+
+
+def test_a_real_model_is_prompted_with_its_text_unless_told_otherwise() -> None:
+    from rtmatrix.fixtures.sources import SourceError
+
+    try:
+        with_text = plan("smollm2-135m", 512, {}, prompt_tokens=16)
+    except SourceError as exc:  # no registry here
+        pytest.skip(f"the shipped model cannot be found or downloaded: {exc}")
+    assert with_text is not None and with_text.prompt_ids == with_text.text_ids[:16]
+    assert with_text.positions == 511 and with_text.ids == with_text.text_ids[:512]
+    seeded = plan("smollm2-135m", 512, {"text_prompt": False}, prompt_tokens=16)
+    assert seeded is not None and seeded.prompt_ids is None
+    too_long = plan("smollm2-135m", 4096, {}, prompt_tokens=2000)  # the text has ~700 tokens
+    assert too_long is not None and too_long.prompt_ids is None and too_long.positions < 2000

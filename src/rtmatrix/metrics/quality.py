@@ -45,6 +45,8 @@ class QualityPlan:
     text: str
     text_ids: list[int]  # the whole text, as the harness tokenizes it
     positions: int  # the first positions + 1 ids are fed: each but the last predicts the next
+    #: the timed generation's prompt: the text's first ``prompt_tokens`` ids (None: seeded ids)
+    prompt_ids: list[int] | None = None
 
     @property
     def ids(self) -> list[int]:
@@ -61,8 +63,12 @@ class QualityPlan:
         }
 
 
-def plan(model: str | None, n_ctx: int, options: dict[str, Any]) -> QualityPlan | None:
-    """The quality pass of a real-model cell, or None (a seeded model, or ``quality = false``)."""
+def plan(
+    model: str | None, n_ctx: int, options: dict[str, Any], prompt_tokens: int = 0
+) -> QualityPlan | None:
+    """The quality pass of a real-model cell, or None (a seeded model, or ``quality = false``).
+    Its timed generation is prompted with the text's first ``prompt_tokens`` ids, so the text
+    it generates reads as a continuation (``text_prompt = false``: seeded ids, as before)."""
     if model is None or options.get("quality", True) is False:
         return None
     from rtmatrix.fixtures.spec import get_spec
@@ -75,7 +81,10 @@ def plan(model: str | None, n_ctx: int, options: dict[str, Any]) -> QualityPlan 
     text = shipped_text(name)
     ids = encode(spec.source, text)
     positions = min(int(options.get("quality_tokens", DEFAULT_POSITIONS)), n_ctx - 1, len(ids) - 1)
-    return QualityPlan(model, name, text, ids, positions)
+    prompt = None
+    if options.get("text_prompt", True) is not False and 0 < prompt_tokens <= len(ids):
+        prompt = ids[:prompt_tokens]
+    return QualityPlan(model, name, text, ids, positions, prompt)
 
 
 def reference_logits(plan: QualityPlan) -> NDArray[np.float32]:

@@ -89,6 +89,7 @@ def make_job(
         quality_ids=quality.text_ids if quality else None,
         quality_text=quality.text if quality else None,
         quality_positions=quality.positions if quality else 0,
+        prompt_ids=quality.prompt_ids if quality else None,
     )
 
 
@@ -171,7 +172,10 @@ def _quality_plan(cell: Cell) -> QualityPlan | None:
     """A real-model performance cell expected to run gets a teacher-forced quality pass."""
     if cell.fixture.scenario != "generate" or str(cell.expect) != "ok" or cell.fixture.variant:
         return None
-    return quality_plan(cell.fixture.model, int(cell.params["n_ctx"]), dict(cell.options))
+    p = cell.params
+    return quality_plan(
+        cell.fixture.model, int(p["n_ctx"]), dict(cell.options), int(p["prompt_tokens"])
+    )
 
 
 def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:

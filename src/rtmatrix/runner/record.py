@@ -135,7 +135,9 @@ def parity_for(fin: Finished) -> dict[str, Any]:
         return parity.unavailable("the cell produced no counted generation to compare")
     p = fin.cell.params
     try:
-        ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container)
+        prompt_ids = fin.quality.prompt_ids if fin.quality else None
+        ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container,
+                            prompt_ids=prompt_ids)  # fmt: skip
     except (FixtureError, ExporterUnavailable) as exc:
         return parity.unavailable(f"the numpy reference could not be built: {exc}")
     logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
@@ -275,7 +277,12 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     if j.reason:
         out["verdict_reason"] = j.reason
     if fin.quality is not None and fin.result is not None and fin.result.reps:
-        out["generated_text"] = generated_text(fin.quality.model, fin.result.reps[0].tokens)
+        q = fin.quality
+        out["generated_text"] = generated_text(q.model, fin.result.reps[0].tokens) | {
+            "prompt": f"the first {len(q.prompt_ids)} tokens of {q.text_name}"
+            if q.prompt_ids
+            else "seeded token ids (the text is shorter than prompt_tokens, or text_prompt = false)"
+        }
     return out
 
 
