@@ -32,10 +32,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
 from rtmatrix.runtimes.llama_cpp import reftool
 from rtmatrix.runtimes.llama_cpp.adapter import (
-    CRASH_CONTROL,
     EXTRA_BUFTS_DEFAULT,
     extra_buffer_types,
     flash_attn_mode,
@@ -103,7 +102,8 @@ class LlamaServerAdapter(Adapter):
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
-    crash_control: ClassVar[CrashControl | None] = CRASH_CONTROL
+    # no crash_control: a llama-server that dies takes the request, not the worker, so the
+    # cell ends as the worker's error, never by a signal, and a control run would never fire
 
     def __init__(self) -> None:
         self._opts: dict[str, Any] = dict(DEFAULTS)
