@@ -294,7 +294,14 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
             _generate(adapter, job, job_dir, result, events, mark, prompt, banned)
             if job.quality_ids:
                 enter("quality")
-                _quality(adapter, job, job_dir, result)
+                try:
+                    _quality(adapter, job, job_dir, result)
+                except Exception as exc:  # the timed figures stand; the pass says why it failed
+                    why = f"{type(exc).__name__}: {exc}"
+                    result.quality = {
+                        "error": why,
+                        "traceback_tail": traceback.format_exc()[-2000:],
+                    }
         enter("evidence")
         result.evidence = collect_evidence(adapter)
         enter("close")

@@ -106,3 +106,23 @@ def test_every_real_model_cell_shows_its_generated_text(real_run: dict[str, Any]
         gen = c["generated_text"]
         assert gen["tokens"] == 8 and isinstance(gen["text"], str) and gen["text"].strip(), key
         assert gen["prompt"] == "the first 16 tokens of quality.txt", key
+
+
+def test_an_unknown_quality_text_is_the_cells_fixture_error(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    try:
+        get_spec("smollm2-135m")
+    except SourceError as exc:
+        pytest.skip(f"the shipped model cannot be found or downloaded: {exc}")
+    text = (
+        "[run]\nrepetitions = 1\nwarmup = 0\ntimeout_s = 300\n"
+        "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 8\n"
+        "[[runtimes]]\nname = 'llama_cpp'\noptions = { quality_text = 'missing.txt' }\n"
+        "[[fixtures]]\nmodel = 'smollm2-135m'\ndtypes = ['as-shipped']\n"
+    )
+    m = parse_matrix(text, tmp_path / "m.toml")
+    run = load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=REPO))
+    (c,) = run["cells"]
+    assert run["status"] == "complete"
+    assert c["outcome"]["status"] == "error" and c["outcome"]["phase"] == "fixture"
+    assert "unknown text 'missing.txt'; valid: quality.txt" in c["outcome"]["message"]

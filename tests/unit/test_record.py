@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rtmatrix.metrics.contention import ContentionReading
@@ -50,3 +51,23 @@ def test_a_failed_reference_is_unavailable_with_its_reason() -> None:
     for key in ("pp_tps_reference", "tg_tps_reference", "pp_reference_ratio"):
         assert rec["metrics"][key]["value"] is None
         assert rec["metrics"][key]["reason"] == "not built"
+
+
+def test_a_failed_quality_pass_is_unavailable_with_its_reason(tmp_path: Path) -> None:
+    from rtmatrix.matrix import parse_matrix
+    from rtmatrix.metrics.quality import QualityPlan
+    from rtmatrix.names import M
+    from rtmatrix.outcome import Status
+    from rtmatrix.runner.classify import CellOutcome
+    from rtmatrix.runner.record import Finished, quality_for
+
+    cell = parse_matrix(
+        "[[runtimes]]\nname = 'llama_cpp'\n[[fixtures]]\nmodel = 'tiny'\n", tmp_path / "m.toml"
+    ).cells()[0]
+    plan = QualityPlan("m", "quality.txt", "t", [1, 2, 3], 2)
+    result = WorkerResult(status="ok", quality={"error": "RuntimeError: decode failed"})
+    ok = CellOutcome(Status.OK, "completed")
+    fin = Finished(cell, ok, result=result, job_dir=tmp_path, quality=plan)
+    out = quality_for(fin, plan)
+    assert out[M.KLD_MEAN].value is None
+    assert out[M.KLD_MEAN].reason == "the teacher-forced pass failed: RuntimeError: decode failed"

@@ -66,10 +66,12 @@ class QualityPlan:
 def plan(
     model: str | None, n_ctx: int, options: dict[str, Any], prompt_tokens: int = 0
 ) -> QualityPlan | None:
-    """The quality pass of a real-model cell, or None (a seeded model, or ``quality = false``).
-    Its timed generation is prompted with the text's first ``prompt_tokens`` ids, so the text
-    it generates reads as a continuation (``text_prompt = false``: seeded ids, as before)."""
-    if model is None or options.get("quality", True) is False:
+    """A real-model cell's text, or None (a seeded model): its timed generation is prompted with
+    the text's first ``prompt_tokens`` ids, so what it generates reads as a continuation
+    (``text_prompt = false``: seeded ids, as before), and its quality pass feeds the text
+    (unless :func:`wants_pass` says no). Raises ``ValueError`` naming the text or the
+    checkpoint when the text cannot be tokenized."""
+    if model is None:
         return None
     from rtmatrix.fixtures.spec import get_spec
     from rtmatrix.fixtures.tokenizer import TEXTS, encode, shipped_text
@@ -85,6 +87,11 @@ def plan(
     if options.get("text_prompt", True) is not False and 0 < prompt_tokens <= len(ids):
         prompt = ids[:prompt_tokens]
     return QualityPlan(model, name, text, ids, positions, prompt)
+
+
+def wants_pass(options: dict[str, Any]) -> bool:
+    """The row option ``quality = false`` skips the teacher-forced pass (the text prompt stays)."""
+    return options.get("quality", True) is not False
 
 
 def reference_logits(plan: QualityPlan) -> NDArray[np.float32]:

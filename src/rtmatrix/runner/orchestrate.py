@@ -18,8 +18,8 @@ from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, un
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
-from rtmatrix.metrics.quality import QualityPlan
-from rtmatrix.metrics.quality import plan as quality_plan
+from rtmatrix.metrics.quality import QualityPlan, wants_pass
+from rtmatrix.metrics.quality import plan as text_plan
 from rtmatrix.outcome import Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult, read_log_lines
 from rtmatrix.results import load_run, save_run
@@ -66,6 +66,7 @@ def make_job(
     cgroup: Any,
     task: str = "cell",
     quality: QualityPlan | None = None,
+    prompt_ids: list[int] | None = None,
 ) -> Job:
     run, p = cell.run, cell.params
     return Job(
@@ -89,7 +90,7 @@ def make_job(
         quality_ids=quality.text_ids if quality else None,
         quality_text=quality.text if quality else None,
         quality_positions=quality.positions if quality else 0,
-        prompt_ids=quality.prompt_ids if quality else None,
+        prompt_ids=prompt_ids,
     )
 
 
@@ -125,11 +126,16 @@ def _supervise(
     fx: PreparedFixture,
     job_dir: Path,
     cgroup: memcap.MemoryCgroup | None,
+    text: QualityPlan | None = None,
 ) -> Finished:
-    """Write the job, run the worker under supervision, classify how it ended."""
+    """Write the job, run the worker under supervision, classify how it ended. ``text``: a
+    real model's text (its prompt, and its quality pass unless the context or the row skips
+    it)."""
     run = cell.run
-    quality = _quality_plan(cell) if ctx.quality_runs else None
-    make_job(ctx, cell, fx, cgroup, quality=quality).write(job_dir / "job.json")
+    quality = text if text and ctx.quality_runs and wants_pass(dict(cell.options)) else None
+    prompt_ids = text.prompt_ids if text else None
+    job = make_job(ctx, cell, fx, cgroup, quality=quality, prompt_ids=prompt_ids)
+    job.write(job_dir / "job.json")
     kills_before = (cgroup.oom_kills() or 0) if cgroup else 0
     lau = process.launch(
         [str(job_dir / "job.json")],
@@ -165,15 +171,17 @@ def _supervise(
         timeline=(ok.timeline if ok else None) or marks,
         evidence=evidence,
         quality=quality,
+        text=text,
     )
 
 
-def _quality_plan(cell: Cell) -> QualityPlan | None:
-    """A real-model performance cell expected to run gets a teacher-forced quality pass."""
+def _text_plan(cell: Cell) -> QualityPlan | None:
+    """A real-model performance cell expected to run is prompted with, and teacher-forced
+    through, the model's text (once per cell: its attempts and control run share it)."""
     if cell.fixture.scenario != "generate" or str(cell.expect) != "ok" or cell.fixture.variant:
         return None
     p = cell.params
-    return quality_plan(
+    return text_plan(
         cell.fixture.model, int(p["n_ctx"]), dict(cell.options), int(p["prompt_tokens"])
     )
 
@@ -189,6 +197,11 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     fx = _prepare(cell, str(info["container"]))
     if isinstance(fx, CellOutcome):
         return cell_record(Finished(cell, fx), base, dist)
+    try:
+        text = _text_plan(cell)
+    except (ValueError, OSError) as exc:  # a text or tokenizer that cannot be used
+        outcome = not_run(Status.ERROR, "fixture", f"the real model's text: {exc}")
+        return cell_record(Finished(cell, outcome, fx), base, dist)
     cgroup = None
     if cell.run["memory_cgroup_mb"]:
         try:
@@ -198,7 +211,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
             outcome = not_run(Status.UNAVAILABLE, "memory-cgroup", str(exc))
             return cell_record(Finished(cell, outcome, fx), base, dist)
     try:
-        return _attempts(ctx, cell, fx, cgroup, base, dist)
+        return _attempts(ctx, cell, fx, cgroup, base, dist, text)
     finally:
         if cgroup:
             cgroup.remove()
@@ -211,6 +224,7 @@ def _attempts(
     cgroup: memcap.MemoryCgroup | None,
     base: dict[str, Any],
     dist: str | None,
+    text: QualityPlan | None = None,
 ) -> dict[str, Any]:
     """Run the worker; rerun a contended cell up to ``contended_retries`` times (the last
     attempt is recorded, with how many were made and how busy the host was on each)."""
@@ -218,7 +232,7 @@ def _attempts(
     busy: list[float | None] = []
     while True:
         with tempfile.TemporaryDirectory(prefix="rtmatrix-cell-") as tmp:
-            rec = cell_record(_supervise(ctx, cell, fx, Path(tmp), cgroup), base, dist)
+            rec = cell_record(_supervise(ctx, cell, fx, Path(tmp), cgroup, text), base, dist)
         busy.append(rec["metrics"]["host_busy_cores"]["value"])
         if not rec["contended"] or len(busy) > retries:
             break
@@ -227,7 +241,7 @@ def _attempts(
     control = control_for(cell, ctx.describe[cell.runtime])
     if control is not None and wants_control(cell, rec):
         with tempfile.TemporaryDirectory(prefix="rtmatrix-control-") as tmp:
-            fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup)
+            fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup, text)
             diagnose(rec, control, cell_record(fin, base, dist))
     if _wants_reference(ctx, cell, rec):
         reference_metrics(rec, *_reference(ctx, cell, fx))

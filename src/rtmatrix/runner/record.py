@@ -49,6 +49,8 @@ class Finished:
     metrics: dict[str, Metric] = field(default_factory=dict)
     #: the teacher-forced quality pass the job asked for (a real model's cell), or None
     quality: QualityPlan | None = None
+    #: a real model's text: the prompt the job gave and how its output is decoded, or None
+    text: QualityPlan | None = None
 
 
 def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
@@ -111,13 +113,15 @@ def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
     path = fin.job_dir / QUALITY_LOGITS if fin.job_dir else None
     if fin.outcome.status is not Status.OK:
         return quality.unavailable(f"cell outcome is {fin.outcome.status}")
+    ran = (fin.result.quality if fin.result else None) or {}
+    if ran.get("error"):
+        return quality.unavailable(f"the teacher-forced pass failed: {ran['error']}")
     if path is None or not path.exists():
         return quality.unavailable("the worker wrote no teacher-forced logits")
     try:
         ref = quality.reference_logits(plan)
     except (FixtureError, ExporterUnavailable, OSError) as exc:
         return quality.unavailable(f"the f32 reference could not be built: {exc}")
-    ran = (fin.result.quality if fin.result else None) or {}
     detail = plan.detail() | {
         "tokenizer": ran.get("tokenizer"),
         "teacher_forced_wall_s": ran.get("wall_s"),
@@ -135,7 +139,7 @@ def parity_for(fin: Finished) -> dict[str, Any]:
         return parity.unavailable("the cell produced no counted generation to compare")
     p = fin.cell.params
     try:
-        prompt_ids = fin.quality.prompt_ids if fin.quality else None
+        prompt_ids = fin.text.prompt_ids if fin.text else None
         ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container,
                             prompt_ids=prompt_ids)  # fmt: skip
     except (FixtureError, ExporterUnavailable) as exc:
@@ -276,8 +280,8 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     }
     if j.reason:
         out["verdict_reason"] = j.reason
-    if fin.quality is not None and fin.result is not None and fin.result.reps:
-        q = fin.quality
+    if fin.text is not None and fin.result is not None and fin.result.reps:
+        q = fin.text
         out["generated_text"] = generated_text(q.model, fin.result.reps[0].tokens) | {
             "prompt": f"the first {len(q.prompt_ids)} tokens of {q.text_name}"
             if q.prompt_ids
