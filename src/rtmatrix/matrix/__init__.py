@@ -10,6 +10,7 @@ from rtmatrix.matrix.load import (
     RuntimeEntry,
     key_with_target,
     load_matrix,
+    options_text,
     parse_matrix,
 )
 from rtmatrix.matrix.targets import ClusterConfig, Target
@@ -24,5 +25,6 @@ __all__ = [
     "Target",
     "key_with_target",
     "load_matrix",
+    "options_text",
     "parse_matrix",
 ]

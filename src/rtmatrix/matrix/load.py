@@ -387,9 +387,14 @@ def _sweep_value(value: Any) -> str:
     return str(value)
 
 
+def options_text(options: dict[str, Any], sep: str = ", ") -> str:
+    """Options as the matrix writes their values: ``flash_attn=off, use_mmap=false``."""
+    return sep.join(f"{k}={_sweep_value(v)}" for k, v in options.items())
+
+
 def sweep_name(name: str, swept: dict[str, Any]) -> str:
     """The row name of one sweep combination: ``llama_cpp[flash_attn=off,use_mmap=false]``."""
-    return f"{name}[{','.join(f'{k}={_sweep_value(v)}' for k, v in swept.items())}]"
+    return f"{name}[{options_text(swept, ',')}]"
 
 
 def _sweep(ctx: _Ctx, where: str, raw: Any, options: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,10 +4,10 @@ expected against the observed error kind, why the verdict is not what the outcom
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from rtmatrix.matrix import options_text
 from rtmatrix.names import M
 from rtmatrix.report.views import (
     PP_REFERENCE_RATIO,
@@ -88,7 +88,7 @@ def control_text(cell: dict[str, Any]) -> str:
     ctl = as_dict(cell.get("control"))
     if not ctl:
         return ""
-    opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in as_dict(ctl.get("options")).items())
+    opts = options_text(as_dict(ctl.get("options")))
     status = as_dict(ctl.get("outcome")).get("status")
     if cell.get("diagnosed"):
         return f"diagnosed: runs with {opts}"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rtmatrix.matrix import options_text
 from rtmatrix.names import SCENARIO_PREFIX, M, Scenario
 from rtmatrix.outcome import Source, Verdict
 
@@ -730,10 +731,16 @@ def _max_context(col: Column, notes: Notes) -> list[Item]:
     return [Item("", (Part("", Value(text, "matrix", title)),))]
 
 
-def _quant(col: Column, notes: Notes) -> list[Item]:
+def _by_dtype(col: Column) -> dict[str, list[dict[str, Any]]]:
+    """The column's ordinary cells grouped by dtype (a user's file: ``native``)."""
     by_dtype: dict[str, list[dict[str, Any]]] = {}
     for c in _normal(col):
         by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
+    return by_dtype
+
+
+def _quant(col: Column, notes: Notes) -> list[Item]:
+    by_dtype = _by_dtype(col)
     if not by_dtype:
         return [Item("", (Part("", _no_cells(col, notes, "quantization")),))]
     items = []
@@ -748,10 +755,6 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
     return items
 
 
-def _options_text(options: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={json.dumps(v)}" for k, v in options.items())
-
-
 def _dtype_settings(cells: list[dict[str, Any]], row_opts: str) -> Value:
     """What one dtype of a row needed on this host: its row's settings, or a control's."""
     statuses = [str(c["outcome"]["status"]) for c in cells]
@@ -759,12 +762,12 @@ def _dtype_settings(cells: list[dict[str, Any]], row_opts: str) -> Value:
     rescued = [c for c in controls if c.get("diagnosed")]
     as_set = f"as configured ({row_opts})" if row_opts else "defaults"
     if rescued:
-        opts = _options_text(as_dict(rescued[0]["control"].get("options")))
+        opts = options_text(as_dict(rescued[0]["control"].get("options")))
         title = str(rescued[0].get("verdict_reason") or "")
         return Value(f"needs {opts} (crashes {'with ' + row_opts if row_opts else 'by default'})",
                      "matrix", title, None, "v-WARN")  # fmt: skip
     if controls:
-        opts = _options_text(as_dict(controls[0]["control"].get("options")))
+        opts = options_text(as_dict(controls[0]["control"].get("options")))
         title = str(controls[0].get("verdict_reason") or "")
         return Value(f"crashes; {opts} does not help", "matrix", title, None, "v-FAIL")
     if all(st == "ok" for st in statuses):
@@ -777,12 +780,10 @@ def _dtype_settings(cells: list[dict[str, Any]], row_opts: str) -> Value:
 def _settings_needed(col: Column, notes: Notes) -> list[Item]:
     """Per dtype: whether the row's own settings ran it on this host, or which control
     setting (``crash_control``) a crash needed."""
-    by_dtype: dict[str, list[dict[str, Any]]] = {}
-    for c in _normal(col):
-        by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
+    by_dtype = _by_dtype(col)
     if not by_dtype:
         return [Item("", (Part("", _no_cells(col, notes, "settings")),))]
-    row_opts = _options_text(as_dict(col.info.get("options")))
+    row_opts = options_text(as_dict(col.info.get("options")))
     return [Item(d, (Part("", _dtype_settings(cs, row_opts)),)) for d, cs in by_dtype.items()]
 
 

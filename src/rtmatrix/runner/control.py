@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rtmatrix.matrix import Cell
+from rtmatrix.matrix import Cell, options_text
 from rtmatrix.names import M
 from rtmatrix.outcome import Expect
 
@@ -34,15 +34,11 @@ class Control:
     source: str  # "adapter" (the row's declared control) or "matrix" (crash_control = {...})
 
     def text(self) -> str:
-        return ", ".join(f"{k}={_toml(v)}" for k, v in self.options.items())
+        return options_text(self.options)
 
     def cell(self, cell: Cell) -> Cell:
         """The control cell: the same cell with the control options, and no control of its own."""
         return replace(cell, options=cell.options | self.options, crash_control=False)
-
-
-def _toml(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def control_for(cell: Cell, info: dict[str, Any]) -> Control | None:

@@ -4,7 +4,6 @@ and the run record's header."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -18,7 +17,7 @@ from rtmatrix.fixtures import FixtureError, PreparedFixture, reference_for
 from rtmatrix.fixtures.model import Reference, greedy_pick
 from rtmatrix.fixtures.prepare import reference_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
-from rtmatrix.matrix import Cell, Matrix
+from rtmatrix.matrix import Cell, Matrix, options_text
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity, quality
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
@@ -409,7 +408,7 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
         figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
     ctl = rec.get("control")
     if ctl:  # a crash rerun with the row's control setting: say what it showed first
-        opts = ", ".join(f"{k}={json.dumps(v)}" for k, v in ctl["options"].items())
+        opts = options_text(ctl["options"])
         said = "diagnosed" if rec.get("diagnosed") else "not diagnosed"
         figs += f"  [{said}: control with {opts} ended {ctl['outcome']['status']}]"
     if rec.get("verdict_reason"):
