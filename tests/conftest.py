@@ -26,3 +26,15 @@ def _fixture_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """Ctrl-C as a terminal delivers it: Python's KeyboardInterrupt handler in this process (a
+    shell that starts pytest in the background sets SIGINT to ignored, and children inherit an
+    ignored signal across exec), restored afterwards."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

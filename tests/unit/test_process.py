@@ -64,6 +64,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.usefixtures("ctrl_c")
 @pytest.mark.parametrize("where", ["spawn", "tracker-start"])
 def test_ctrl_c_at_spawn_still_kills_the_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str

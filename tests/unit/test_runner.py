@@ -212,6 +212,7 @@ def test_memory_cgroup_oom_kill(tmp_path: Path, repo: Path) -> None:
     assert not Path(cell["evidence"]["memory_cgroup"]["path"]).exists()  # cleaned up
 
 
+@pytest.mark.usefixtures("ctrl_c")
 def test_ctrl_c_keeps_finished_cells_kills_the_worker_and_resume_finishes(
     tmp_path: Path, repo: Path
 ) -> None:
