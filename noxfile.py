@@ -4,6 +4,7 @@
     nox -s matrix             the default matrix with every runtime extra installed
     nox -s llama_cpp          one runtime's rows in a venv with only its extra; likewise
     nox -s onnxruntime        onnxruntime, onnxruntime_genai and mlc (rows tvm_aot, tvm_jit)
+    nox -s openvino_runtime   OpenVINO's runtime and GenAI engine on matrix/openvino-runtime.toml
     nox -s lint               ruff + mypy
     nox -s bench              rtmatrix's own costs (pytest-benchmark)
     nox -s fleet              a loopback Dask cluster (3 labelled workers, TLS) running
@@ -48,9 +49,13 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnxruntime-genai": ("onnxruntime-genai", ("onnxruntime_genai",)),
     "apache-tvm": ("mlc", ("tvm_aot", "tvm_jit")),
     "onnxruntime-openvino": ("onnxruntime-openvino", ("ort_openvino", "ort_cpu_control")),
+    "openvino": ("openvino", ("openvino",)),
+    "openvino-genai": ("openvino-genai", ("openvino_genai",)),
 }
 #: upgrades whose matrix rows run int8 ONNX fixtures (the parent quantizes them with ORT)
-QUANTIZED_WITH_ORT = ("onnxruntime", "onnxruntime-genai", "onnxruntime-openvino")
+QUANTIZED_WITH_ORT = (
+    "onnxruntime", "onnxruntime-genai", "onnxruntime-openvino", "openvino", "openvino-genai",
+)  # fmt: skip
 RESULTS = Path("results")
 UPGRADE_REPORT = Path("reports/upgrade")
 
@@ -231,6 +236,14 @@ def openvino(session: nox.Session) -> None:
     session.install("-e", ".[onnxruntime-openvino,test]")
     session.run("pytest", "tests/integration/test_openvino.py", "tests/unit/test_partitions.py")
     session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino.toml"))
+
+
+@nox.session(python=PYTHON)
+def openvino_runtime(session: nox.Session) -> None:
+    """OpenVINO's own runtime (row ``openvino``) and OpenVINO GenAI's engine (``openvino_genai``)
+    beside ONNX Runtime on the same ONNX files."""
+    session.install("-e", ".[openvino,openvino-genai,onnxruntime]", env=BUILD_ENV)
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino-runtime.toml"))
 
 
 @nox.session(python=PYTHON)

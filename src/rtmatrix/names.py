@@ -72,6 +72,12 @@ class M(StrEnum):
     SAME_TOP = "same_top_pct"
     PPL = "ppl"
     PPL_REFERENCE = "ppl_reference"
+    # the runtime's own quality tool (llama-perplexity --kl-divergence) on the same text, and
+    # the harness's figures over the same positions against it
+    KLD_REFERENCE = "kld_reference"
+    SAME_TOP_REFERENCE = "same_top_reference"
+    KLD_REFERENCE_RATIO = "kld_reference_ratio"
+    SAME_TOP_REFERENCE_DIFF = "same_top_reference_diff"
 
 
 #: throughput metrics (tokens/s), harness clock and runtime counters

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 #: version of the job/result/event documents; both sides must agree exactly
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: the teacher-forced logits a worker leaves beside its result (float32, positions x vocab)
 QUALITY_LOGITS = "quality_logits.npy"
 
@@ -175,6 +175,11 @@ class Job(_Doc):
     quality_positions: int = 0
     #: the timed generation's prompt as ids (a real model's text), instead of the seeded ids
     prompt_ids: list[int] | None = None
+    #: a ``reference`` task of a real model: the runtime's own quality tool judges the cell's
+    #: file against this base file (the f32 export) over the first ``anchor_n_ctx`` ids of
+    #: ``quality_text`` (Adapter ReferenceQuality)
+    anchor_base_path: str | None = None
+    anchor_n_ctx: int = 0
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:
@@ -247,7 +252,8 @@ class WorkerResult(_Doc):
     #: a lifecycle scenario's result (see rtmatrix.scenarios)
     scenario: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
-    #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence
+    #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence, and
+    #: ``quality`` (the quality tool's figures, or ``{"unavailable": reason}``) when asked
     reference: dict[str, Any] | None = None
     #: the teacher-forced pass over ``Job.quality_ids`` (positions, wall time, tokenizer check)
     quality: dict[str, Any] | None = None

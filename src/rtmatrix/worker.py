@@ -11,6 +11,7 @@ message names both versions). The job, result and events are the typed documents
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -66,6 +67,47 @@ def _cap_address_space(cap_mb: int | None) -> None:
     if cap_mb:
         limit = int(cap_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _run_engine_repetition(
+    adapter: Any, prompt: list[int], n_gen: int, banned: list[int], meter: Any = None
+) -> tuple[Repetition, None]:
+    """One generation by the runtime's own loop (EngineGeneration): the harness clock reads
+    each id as the engine hands it over; the prefill is the time to the first id (it includes
+    that id's sampling), each decode step the gap to the next. No logits: (rep, None)."""
+    from rtmatrix.metrics.power import NULL_METER
+
+    meter = meter or NULL_METER
+    clock = time.perf_counter
+    t_start = time.monotonic()
+    seen: list[tuple[int, float, float]] = []  # (id, perf_counter, monotonic)
+
+    def on_token(token: int) -> None:
+        seen.append((token, clock(), time.monotonic()))
+
+    with meter.phase("generate"):  # one call: prefill and decode cannot be metered apart
+        t0 = clock()
+        tokens = adapter.engine_generate(prompt, n_gen, banned, on_token)
+    if not seen:
+        msg = f"the engine streamed no ids (it returned {len(tokens)})"
+        raise RuntimeError(msg)
+    times = [t for _, t, _ in seen]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    rep = Repetition(
+        pp_s=times[0] - t0,
+        pp_tokens=len(prompt),
+        ttft_s=times[0] - t0,
+        decode_s=gaps,
+        step_s=gaps,
+        tokens=[int(t) for t in tokens],
+        counters=adapter.counters(),
+        nonfinite_steps=0,  # the engine shows no logits: parity on the ids judges the output
+        first_token_monotonic=seen[0][2],
+        t_start=t_start,
+        t_end=time.monotonic(),
+        energy=meter.take(),
+    )
+    return rep, None
 
 
 def _run_repetition(
@@ -139,6 +181,7 @@ def _generate(
     """Warm-up and counted repetitions of the timed loop; returns the meter (or None)."""
     import numpy as np
 
+    from rtmatrix.adapters.capabilities import EngineGeneration
     from rtmatrix.metrics import power
 
     p = job.params
@@ -152,12 +195,15 @@ def _generate(
                 meter = power.open_meter(job.power)
             result.phase = "generate"
             events.phase("generate", repetition=i, counted=counted)
-            rep, first_logits = _run_repetition(
+            run = (
+                _run_engine_repetition if isinstance(adapter, EngineGeneration) else _run_repetition
+            )
+            rep, first_logits = run(
                 adapter, prompt, p.gen_tokens, banned, meter if counted else None
             )
             if i == 0:
                 mark("first_token", rep.first_token_monotonic)
-            if counted and not result.reps:
+            if counted and not result.reps and first_logits is not None:
                 np.save(job_dir / "first_logits.npy", first_logits)
             (result.reps if counted else result.warmup).append(rep)
     finally:
@@ -216,6 +262,27 @@ def _error_kind(adapter: Any, result: WorkerResult) -> str:
     return str(classify_error(result.error_type, result.message or "", log_tail, patterns))
 
 
+def _reference_quality(cls: Any, job: Job) -> dict[str, Any]:
+    """The runtime's own quality figures (ReferenceQuality), or ``{"unavailable": why}``: a
+    quality tool that cannot run leaves the benchmark figures standing."""
+    from rtmatrix.adapters.base import RuntimeUnavailable
+    from rtmatrix.adapters.capabilities import ReferenceQuality, missing
+
+    if not isinstance(cls, ReferenceQuality):
+        return {"unavailable": missing(cls, ReferenceQuality, "reference quality tool")}
+    try:
+        return cls.reference_quality(
+            Path(job.model_path), Path(str(job.anchor_base_path)), str(job.quality_text),
+            job.anchor_n_ctx, job.params, job.options,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        raise
+    except RuntimeUnavailable as exc:
+        return {"unavailable": str(exc)}
+    except Exception as exc:  # the tool's failure is this figure's outcome
+        return {"unavailable": f"{type(exc).__name__}: {exc}"}
+
+
 def run_reference(job: Job, events: Events) -> tuple[int, WorkerResult]:
     """The runtime's own benchmark tool on the cell's file (no model loaded in this process)."""
     from rtmatrix.adapters.base import RuntimeUnavailable, load_adapter_class
@@ -229,6 +296,8 @@ def run_reference(job: Job, events: Events) -> tuple[int, WorkerResult]:
             msg = f"{job.adapter} offers no reference benchmark tool (ReferenceBenchmark)"
             raise RuntimeUnavailable(msg)
         result.reference = cls.reference_benchmark(Path(job.model_path), job.params, job.options)
+        if job.anchor_base_path and job.quality_text is not None:
+            result.reference["quality"] = _reference_quality(cls, job)
         result.status = "ok"
         return EXIT_OK, result
     except KeyboardInterrupt:
@@ -330,7 +399,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
 def describe(target: str) -> dict[str, Any]:
     """The adapter's declared metadata, without importing its runtime."""
     from rtmatrix.adapters.base import Adapter, load_adapter_class
-    from rtmatrix.adapters.capabilities import ReferenceBenchmark
+    from rtmatrix.adapters.capabilities import ReferenceBenchmark, ReferenceQuality
 
     cls = load_adapter_class(target)
     info = {k: getattr(cls, k, None) for k in ("name", "distribution", "extra", "container")}
@@ -338,6 +407,8 @@ def describe(target: str) -> dict[str, Any]:
         info["prepares"] = True
     if isinstance(cls, ReferenceBenchmark):
         info["reference_tool"] = True
+    if isinstance(cls, ReferenceQuality):
+        info["reference_quality"] = True
     if cls.crash_control is not None:
         info["crash_control"] = cls.crash_control.to_dict()
     return info

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-RUNTIMES = ("llama_cpp", "onnxruntime", "onnxruntime_genai", "tvm")
+RUNTIMES = ("llama_cpp", "onnxruntime", "onnxruntime_genai", "tvm", "openvino")
 
 pytestmark = [
     pytest.mark.integration,
@@ -53,6 +53,9 @@ name = "onnxruntime_genai"
 name = "tvm_aot"
 adapter = "tvm"
 options = { mode = "aot" }
+
+[[runtimes]]
+name = "openvino"
 
 [[fixtures]]
 model = "tiny"
@@ -119,6 +122,8 @@ def test_a_run_with_int8_onnx_tvm_and_llama_cpp_imports_no_runtime(
         ("onnxruntime_genai", "f32"),
         ("onnxruntime_genai", "int8"),
         ("tvm_aot", "f32"),
+        ("openvino", "f32"),
+        ("openvino", "int8"),
     }
     for key, c in got.items():
         assert c["status"] == "ok" and c["parity"] == "measured", (key, c)

@@ -126,3 +126,35 @@ def test_an_unknown_quality_text_is_the_cells_fixture_error(tmp_path: Path) -> N
     assert run["status"] == "complete"
     assert c["outcome"]["status"] == "error" and c["outcome"]["phase"] == "fixture"
     assert "unknown text 'missing.txt'; valid: quality.txt" in c["outcome"]["message"]
+
+
+def test_llama_perplexity_anchors_the_kld_over_the_same_positions(tmp_path: Path) -> None:
+    """llama.cpp's own --kl-divergence on the same file, text and positions as the harness's
+    pass; the cell is prompted with one of rtmatrix's own short texts."""
+    pytest.importorskip("llama_cpp")
+    try:
+        get_spec("smollm2-135m")
+    except SourceError as exc:
+        pytest.skip(f"the shipped model cannot be found or downloaded: {exc}")
+    text = (
+        "[run]\nrepetitions = 1\nwarmup = 0\ntimeout_s = 300\n"
+        "[params]\nn_ctx = 512\nprompt_tokens = 16\ngen_tokens = 8\n"
+        f"[[runtimes]]\nname = 'llama_cpp'\n{KNOWN_TO_WORK}"
+        "[[fixtures]]\nmodel = 'smollm2-135m'\ndtypes = ['q8_0']\nprompt_file = 'story.txt'\n"
+    )
+    m = parse_matrix(text, tmp_path / "m.toml")
+    run = load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=REPO))
+    (c,) = run["cells"]
+    assert c["outcome"]["status"] == "ok", c["outcome"]
+    assert c["generated_text"]["prompt"].endswith("tokens of rtmatrix's text story.txt")
+    met = c["metrics"]
+    if met["kld_reference"]["value"] is None:  # no C++ toolchain here: said, not hidden
+        pytest.skip(f"llama-perplexity is unavailable: {met['kld_reference']['reason']}")
+    ref = met["kld_reference"]
+    assert ref["source"] == "reference-tool" and ref["tool"] == "llama-perplexity"
+    assert ref["n_ctx"] == 354 and ref["scored_positions"] == [177, 352]
+    window = met["kld_mean"]["anchor_window"]
+    assert window["positions"] == [177, 352]
+    # the same file and positions: the two computations agree closely (measured: see the note)
+    assert 0.8 < met["kld_reference_ratio"]["value"] < 1.25, met["kld_reference_ratio"]
+    assert abs(met["same_top_reference_diff"]["value"]) <= 3.0, met["same_top_reference_diff"]

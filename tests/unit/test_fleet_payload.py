@@ -35,12 +35,17 @@ run = { timeout_s = 5 }
 [[fixtures]]
 name = "mine"
 path = "models/mine.gguf"
+[[fixtures]]
+model = "smollm2-135m"
+dtypes = ["q8_0"]
+prompt = "a prompt of the fixture's own"
+runtimes = ["numpy"]
 """
 
 
 def test_every_cell_survives_a_json_round_trip() -> None:
     cells = parse_matrix(TEXT, Path("/m/m.toml")).cells()
-    assert len(cells) == 3
+    assert len(cells) == 4 and cells[-1].fixture.prompt is not None
     for cell in cells:
         back = cell_from_json(json.loads(json.dumps(cell_to_json(cell))))
         assert back == cell and back.key == cell.key

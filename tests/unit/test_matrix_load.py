@@ -221,3 +221,48 @@ def test_crash_control_is_a_table_of_options_or_false() -> None:
         parse(base + "crash_control = {}\n")
     with pytest.raises(MatrixError, match=r"runtimes\[0\]\.crash_control: expected a table"):
         parse(base + "crash_control = 'off'\n")
+
+
+def _prompted(line: str, model: str = 'model = "smollm2-135m"') -> Matrix:
+    return parse(f'[[runtimes]]\nname = "llama_cpp"\n[[fixtures]]\n{model}\n{line}\n')
+
+
+def test_a_real_model_takes_a_prompt_a_prompt_file_or_one_of_rtmatrixs_texts(
+    tmp_path: Path,
+) -> None:
+    got = _prompted('prompt = "Once upon a time"').fixtures[0].prompt
+    assert got == ("the fixture's prompt", "Once upon a time")
+    what, text = _prompted('prompt_file = "story.txt"').fixtures[0].prompt or ("", "")
+    assert what == "rtmatrix's text story.txt" and text.startswith("The lighthouse keeper")
+    mine = tmp_path / "p.txt"
+    mine.write_text("my prompt", "utf-8")
+    assert _prompted(f'prompt_file = "{mine}"').fixtures[0].prompt == (
+        "prompt_file p.txt",
+        "my prompt",
+    )
+    assert _prompted("").fixtures[0].prompt is None
+
+
+def test_a_prompt_on_a_seeded_model_or_a_missing_file_names_the_key_and_fix() -> None:
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.prompt: .*real checkpoint"):
+        _prompted('prompt = "hi"', 'model = "tiny"')
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.prompt_file: cannot read .*nope\.txt"
+                       r".*rtmatrix's own texts: quality\.txt"):  # fmt: skip
+        _prompted('prompt_file = "nope.txt"')
+    with pytest.raises(MatrixError, match="prompt or prompt_file, not both"):
+        _prompted('prompt = "a"\nprompt_file = "story.txt"')
+    with pytest.raises(MatrixError, match='give source = "PATH" instead of path'):
+        _prompted('prompt = "a"', 'name = "x"\npath = "x.gguf"')
+
+
+def test_a_fixture_can_name_the_rows_that_run_it() -> None:
+    two = '[[runtimes]]\nname = "llama_cpp"\n[[runtimes]]\nname = "onnxruntime"\n'
+    m = parse(two + '[[fixtures]]\nmodel = "tiny"\n[[fixtures]]\nmodel = "small"\n'
+              'runtimes = ["onnxruntime"]\n')  # fmt: skip
+    got = sorted((c.runtime, c.fixture.name) for c in m.cells())
+    assert got == [("llama_cpp", "tiny"), ("onnxruntime", "small"), ("onnxruntime", "tiny")]
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.runtimes: unknown row\(s\) tvm; "
+                       "valid: llama_cpp, onnxruntime"):  # fmt: skip
+        parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = ["tvm"]\n')
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.runtimes: expected a list"):
+        parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = "tvm"\n')

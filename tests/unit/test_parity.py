@@ -74,3 +74,16 @@ def test_a_real_models_f32_is_judged_by_tokens_and_its_quantized_rows_by_kld() -
     assert judged_by_quality({"status": "unavailable"}, "q4_0", figs(0.1, 90)) == {
         "status": "unavailable"
     }
+
+
+def test_an_engine_without_logits_is_judged_on_its_ids() -> None:
+    ref = np.zeros((1, 8), dtype=np.float32)
+    why = "an engine's own loop: ids, no logits"
+    same = compare("f32", [1, 2, 3], ref, [1, 2, 3], None, [5.0, 5.0, 5.0], ids_only=why)
+    assert same["within_tolerance"] and same["judged_on"] == "ids" and same["logit_reason"] == why
+    clear = compare("f32", [1, 2, 3], ref, [1, 4, 3], None, [5.0, 5.0, 5.0], ids_only=why)
+    assert not clear["within_tolerance"] and clear["divergence_kind"] == "clear-margin"
+    tie = compare("f32", [1, 2, 3], ref, [1, 4, 3], None, [5.0, 1e-6, 5.0], ids_only=why)
+    assert tie["within_tolerance"] and tie["divergence_kind"] == "near-tie"
+    # without the engine's reason, missing logits still fail (a loop row that lost them)
+    assert not compare("f32", [1, 2, 3], ref, [1, 2, 3], None)["within_tolerance"]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from rtmatrix.metrics.quality import QualityPlan, figures, plan, unavailable
+from rtmatrix.metrics.quality import QualityPlan, anchor_n_ctx, figures, plan, unavailable, window
 from rtmatrix.names import M
 
 
@@ -73,3 +73,45 @@ def test_a_real_model_is_prompted_with_its_text_unless_told_otherwise() -> None:
     assert seeded is not None and seeded.prompt_ids is None
     too_long = plan("smollm2-135m", 4096, {}, prompt_tokens=2000)  # the text has ~700 tokens
     assert too_long is not None and too_long.prompt_ids is None and too_long.positions < 2000
+    assert with_text.prompt_name == "the first 16 tokens of quality.txt"
+
+
+def test_a_fixture_prompt_is_its_first_ids_and_a_short_one_is_refused() -> None:
+    from rtmatrix.fixtures.sources import SourceError
+    from rtmatrix.fixtures.tokenizer import shipped_text
+
+    story = ("rtmatrix's text story.txt", shipped_text("story.txt"))
+    try:
+        got = plan("smollm2-135m", 512, {}, prompt_tokens=32, prompt=story)
+    except SourceError as exc:  # no registry here
+        pytest.skip(f"the shipped model cannot be found or downloaded: {exc}")
+    assert got is not None and got.prompt_ids is not None and len(got.prompt_ids) == 32
+    assert got.prompt_ids != got.text_ids[:32]  # the story, not the quality text
+    assert got.prompt_name.startswith("the first 32 of ") and "story.txt" in got.prompt_name
+    with pytest.raises(ValueError, match=r"the fixture's prompt is \d+ tokens, fewer than "
+                       r"prompt_tokens = 32: .*prompt_tokens = \d+ or fewer"):  # fmt: skip
+        plan("smollm2-135m", 512, {}, prompt_tokens=32, prompt=("the fixture's prompt", "Hi."))
+
+
+def test_the_anchor_chunk_fits_the_pass_and_twice_fits_the_text() -> None:
+    long_text = QualityPlan("m", "q", "t", list(range(709)), 511)
+    assert anchor_n_ctx(long_text) == 354  # llama-perplexity needs 2 x n_ctx ids of text
+    short_pass = QualityPlan("m", "q", "t", list(range(2000)), 300)
+    assert anchor_n_ctx(short_pass) == 301  # positions 150..299: inside the 300 scored
+
+
+def test_the_anchor_window_scores_the_tools_positions_only() -> None:
+    kld = np.arange(10, dtype=np.float64)  # KLD i at position i
+    same = np.array([True] * 5 + [False] * 5)
+    got = window(kld, same, 8)  # one chunk of 8 ids: positions 4..6 predict ids 5..7
+    assert got == {"n_ctx": 8, "positions": [4, 6], "kld_mean": 5.0,
+                   "same_top_pct": pytest.approx(100 / 3)}  # fmt: skip
+    assert "unavailable" in window(kld, same, 40)  # the pass is shorter than the chunk
+    rng = np.random.default_rng(1)
+    logits = rng.standard_normal((9, 12)).astype(np.float32)
+    out = figures(logits, logits + 0.5 * rng.standard_normal((9, 12)).astype(np.float32),
+                  list(range(9)), _detail(), anchor=8)  # fmt: skip
+    assert out[M.KLD_MEAN].detail["anchor_window"]["positions"] == [4, 6]
+    assert (
+        "anchor_window" not in figures(logits, logits, list(range(9)), _detail())[M.KLD_MEAN].detail
+    )

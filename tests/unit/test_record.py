@@ -3,7 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rtmatrix.metrics.contention import ContentionReading
+from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.record import reference_metrics
 
@@ -71,3 +74,59 @@ def test_a_failed_quality_pass_is_unavailable_with_its_reason(tmp_path: Path) ->
     out = quality_for(fin, plan)
     assert out[M.KLD_MEAN].value is None
     assert out[M.KLD_MEAN].reason == "the teacher-forced pass failed: RuntimeError: decode failed"
+
+
+def _with_quality(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    rec = _rec()
+    window = {"n_ctx": 354, "positions": [177, 352], "kld_mean": 0.11, "same_top_pct": 80.0}
+    kld = Metric(0.1, "nats", Source.HARNESS_COMPARISON, detail={"anchor_window": window})
+    rec["metrics"]["kld_mean"] = kld.to_dict()
+    ref = _ref()
+    assert ref.reference is not None
+    ref.reference["quality"] = tool
+    reference_metrics(rec, ref, None)
+    return rec["metrics"], ref.reference
+
+
+def test_the_quality_tools_figures_are_anchored_over_the_same_positions() -> None:
+    tool = {"kld_mean": 0.1, "kld_mean_uncertainty": 0.01, "same_top_pct": 81.0,
+            "same_top_pct_uncertainty": 3.0,
+            "evidence": {"tool": "llama-perplexity", "n_ctx": 354}}  # fmt: skip
+    m, _ = _with_quality(tool)
+    assert m["kld_reference"]["value"] == 0.1 and m["kld_reference"]["source"] == "reference-tool"
+    assert m["kld_reference"]["uncertainty"] == 0.01
+    # the harness's 0.11 over positions 177..352 against the tool's 0.1 there (not its 0.1 mean
+    # over the whole pass)
+    assert m["kld_reference_ratio"]["value"] == pytest.approx(1.1)
+    assert m["same_top_reference_diff"]["value"] == pytest.approx(-1.0)
+    assert m["kld_reference_ratio"]["positions"] == [177, 352]
+
+
+def test_a_tool_over_other_positions_or_unavailable_gives_no_ratio() -> None:
+    other = {"kld_mean": 0.1, "same_top_pct": 81.0, "evidence": {"n_ctx": 256}}
+    m, _ = _with_quality(other)
+    assert m["kld_reference"]["value"] == 0.1
+    assert m["kld_reference_ratio"]["value"] is None
+    assert "same positions" not in str(m["kld_reference_ratio"]["reason"])
+    m, _ = _with_quality({"unavailable": "the tool build has no llama-perplexity"})
+    for key in ("kld_reference", "same_top_reference", "kld_reference_ratio"):
+        assert m[key]["value"] is None and "no llama-perplexity" in str(m[key]["reason"])
+
+
+def test_the_progress_line_names_a_real_models_kld_and_its_anchor() -> None:
+    from rtmatrix.runner.record import _quality_text
+
+    m = {"kld_mean": {"value": 0.0039}, "same_top_pct": {"value": 94.9}}
+    assert _quality_text(m) == "  KLD 0.0039 same-top 95%"
+    m["kld_reference_ratio"] = {"value": 1.02}
+    assert _quality_text(m) == "  KLD 0.0039 (÷ tool 1.02) same-top 95%"
+    assert _quality_text({"kld_mean": {"value": None, "reason": "x"}}) == ""
+
+
+def test_a_tool_kld_below_its_printed_resolution_gives_no_ratio() -> None:
+    tool = {"kld_mean": 6e-06, "same_top_pct": 100.0, "evidence": {"n_ctx": 354}}
+    m, _ = _with_quality(tool)
+    assert m["kld_reference"]["value"] == 6e-06
+    assert m["kld_reference_ratio"]["value"] is None
+    assert "prints 6 decimals" in m["kld_reference_ratio"]["reason"]
+    assert m["same_top_reference_diff"]["value"] == pytest.approx(-20.0)

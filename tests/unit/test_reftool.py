@@ -117,7 +117,7 @@ def test_the_key_names_version_options_and_host(tmp_path: Path) -> None:
     dirs = {rt.entry_dir(tmp_path, k["version"], k) for k in (a, b, c)}
     assert len(dirs) == 3
     assert rt.entry_dir(tmp_path, "0.3.36", a).name.startswith("llama.cpp-0.3.36-")
-    assert a["host_cpu"] and a["targets"] == ["llama-bench", "llama-server"]
+    assert a["host_cpu"] and a["targets"] == ["llama-bench", "llama-server", "llama-perplexity"]
 
 
 def test_tools_root_follows_the_rtmatrix_cache(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,7 +214,7 @@ def test_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     script = f"sleep 60 & echo $! > {pidfile}; wait"
     t0 = time.monotonic()
     with pytest.raises(rt.ToolUnavailable, match="ran past 1 s and was killed"):
-        rt._run_group(["sh", "-c", script], dict(os.environ), 1.0)
+        rt.run_group(["sh", "-c", script], dict(os.environ), 1.0)
     assert time.monotonic() - t0 < 10
     child = int(pidfile.read_text().strip())
     for _ in range(50):  # the grandchild is killed with the group (reaped by init)

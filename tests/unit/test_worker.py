@@ -18,6 +18,7 @@ def test_describe_reports_metadata_without_the_runtime() -> None:
         "container": "gguf",
         "prepares": True,  # builds llama-bench once per run
         "reference_tool": True,
+        "reference_quality": True,  # llama-perplexity --kl-divergence on a real model
         "crash_control": {  # a crashed cell is rerun with extra buffer types off
             "options": {"extra_buffer_types": False},
             "explains": info["crash_control"]["explains"],
@@ -90,3 +91,33 @@ def test_the_runtimes_log_lines_reach_the_phase_log_before_it_dies(tmp_path: Pat
     assert len(lines) == 101 and lines[-1] == "[info] load: fast path on: 3 tensors repacked"
     phases = [e.phase for e in read_events(tmp_path / "events.jsonl") if e.phase]
     assert phases[-1] == "generate"  # the log lines do not hide where it died
+
+
+def test_an_engine_repetition_is_timed_by_its_token_callback() -> None:
+    import time as _time
+    from collections.abc import Callable, Sequence
+
+    from rtmatrix.adapters.capabilities import EngineGeneration
+    from rtmatrix.worker import _run_engine_repetition
+
+    class Engine:
+        def engine_generate(
+            self, prompt: Sequence[int], n_gen: int, banned: Sequence[int],
+            on_token: Callable[[int], None],
+        ) -> list[int]:  # fmt: skip
+            _time.sleep(0.02)  # the prefill
+            for t in range(n_gen):
+                on_token(t)
+                _time.sleep(0.005)
+            return list(range(n_gen))
+
+        def counters(self) -> dict[str, float]:
+            return {"pp_ms": 20.0, "pp_tokens": 4.0}
+
+    engine = Engine()
+    assert isinstance(engine, EngineGeneration)
+    rep, logits = _run_engine_repetition(engine, [1, 2, 3, 4], 5, [], None)
+    assert logits is None and rep.tokens == [0, 1, 2, 3, 4] and rep.pp_tokens == 4
+    assert rep.ttft_s == rep.pp_s and rep.pp_s >= 0.02
+    assert len(rep.decode_s) == 4 and all(d >= 0.004 for d in rep.decode_s)
+    assert rep.counters == {"pp_ms": 20.0, "pp_tokens": 4.0}

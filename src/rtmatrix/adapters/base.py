@@ -32,6 +32,8 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "onnxruntime_genai": "rtmatrix.runtimes.onnxruntime_genai.adapter:OrtGenaiAdapter",
     "onnxruntime_openvino": "rtmatrix.runtimes.onnxruntime_openvino.adapter:OrtOpenVinoAdapter",
     "tvm": "rtmatrix.runtimes.tvm.adapter:TvmAdapter",
+    "openvino": "rtmatrix.runtimes.openvino.adapter:OpenVinoAdapter",
+    "openvino_genai": "rtmatrix.runtimes.openvino_genai.adapter:OvGenaiAdapter",
 }
 
 

@@ -112,6 +112,24 @@ class Streaming(Protocol):
 
 
 @runtime_checkable
+class EngineGeneration(Protocol):
+    """The runtime runs its own generation loop (an engine: OpenVINO GenAI's ``LLMPipeline``)
+    and gives ids, not logits: the ``generate`` scenario times it through its token callback
+    (TTFT to the first id, then the gaps) instead of the harness's prefill/decode loop, and
+    parity is judged on the ids."""
+
+    def engine_generate(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        banned: Sequence[int],
+        on_token: Callable[[int], None],
+    ) -> list[int]:
+        """``n_gen`` greedy ids after ``prompt``; ``on_token(id)`` as each id is produced."""
+        ...
+
+
+@runtime_checkable
 class ReferenceBenchmark(Protocol):
     """The runtime's own benchmark tool, run on the cell's file with the cell's settings in a
     process of its own after the cell (so its memory and CPU are not the cell's). Checked on the
@@ -124,6 +142,28 @@ class ReferenceBenchmark(Protocol):
         """``{"pp_tps": [...], "tg_tps": [...], "evidence": {tool, tool_version, command, ...}}``;
         raise :class:`rtmatrix.adapters.base.RuntimeUnavailable` with the reason when the tool
         cannot run."""
+        ...
+
+
+@runtime_checkable
+class ReferenceQuality(Protocol):
+    """The runtime's own quality tool (llama.cpp: ``llama-perplexity --kl-divergence``): the
+    cell's file judged against a base file (the f32 export of the same checkpoint) over one
+    chunk of ``n_ctx`` ids of a text, in the reference process. Checked on the adapter *class*."""
+
+    @classmethod
+    def reference_quality(
+        cls,
+        model_path: Path,
+        base_path: Path,
+        text: str,
+        n_ctx: int,
+        params: JobParams,
+        options: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """``{"kld_mean": ..., "same_top_pct": ..., "evidence": {...}}`` (the tool's figures over
+        positions ``n_ctx // 2 .. n_ctx - 2``); raise :class:`RuntimeUnavailable` with the
+        reason when the tool cannot run."""
         ...
 
 
@@ -279,6 +319,10 @@ CAPABILITIES: dict[type[Any], str] = {
     UnstreamedRun: "complete(prompt, max_tokens, banned)",
     ServerCounters: "counters(port), slots(port)",
     TokenServer: "complete_tokens(port, prompt, max_tokens, banned, n_probs)",
+    EngineGeneration: "engine_generate(prompt, n_gen, banned, on_token)",
+    ReferenceBenchmark: "reference_benchmark(model_path, params, options) (classmethod)",
+    ReferenceQuality: "reference_quality(model_path, base_path, text, n_ctx, params, options) "
+    "(classmethod)",
 }
 
 

@@ -35,6 +35,8 @@ def fixture_to_json(fx: FixtureEntry) -> dict[str, Any]:
         "options": fx.options,
         "scenario": fx.scenario,
         "expect_kinds": list(fx.expect_kinds),
+        "prompt": list(fx.prompt) if fx.prompt else None,
+        "runtimes": list(fx.runtimes),
     }
 
 
@@ -52,6 +54,8 @@ def fixture_from_json(d: dict[str, Any]) -> FixtureEntry:
         options=d["options"],
         scenario=d["scenario"],
         expect_kinds=tuple(d["expect_kinds"]),
+        prompt=(str(d["prompt"][0]), str(d["prompt"][1])) if d["prompt"] else None,
+        runtimes=tuple(d["runtimes"]),
     )
 
 

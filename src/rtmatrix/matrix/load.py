@@ -89,6 +89,9 @@ FIXTURE_KEYS = (
     "options",
     "scenario",
     "source",
+    "prompt",
+    "prompt_file",
+    "runtimes",
 )
 
 
@@ -137,6 +140,11 @@ class FixtureEntry:
     options: dict[str, Any] = field(default_factory=dict)  # merged over the runtime's options
     scenario: str = Scenario.GENERATE.value
     expect_kinds: tuple[str, ...] = ()  # with expect = "error": the error kinds that PASS
+    #: a real model's prompt ``(what, text)``: ``prompt = "…"`` or ``prompt_file`` (a path, or
+    #: one of rtmatrix's own texts by name); None: the quality text's first ids
+    prompt: tuple[str, str] | None = None
+    #: the [[runtimes]] rows that run this fixture (by name); empty: every row
+    runtimes: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -217,7 +225,8 @@ class Matrix:
         for rt in self.runtimes:
             for target in rt.targets or (None,):
                 for fx in self.fixtures:
-                    cells += self._cells(rt, fx, target)
+                    if not fx.runtimes or rt.name in fx.runtimes:
+                        cells += self._cells(rt, fx, target)
         return cells
 
     def _cells(self, rt: RuntimeEntry, fx: FixtureEntry, target: str | None) -> list[Cell]:
@@ -467,6 +476,49 @@ def _expectations(
     return Expect(expect), verdicts
 
 
+def _names(ctx: _Ctx, where: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ctx.fail(
+            where, f'expected a list of [[runtimes]] names like ["llama_cpp"], got {value!r}'
+        )
+    return tuple(value)
+
+
+def _prompt(
+    ctx: _Ctx, where: str, entry: dict[str, Any], model: str | None, base: Path
+) -> tuple[str, str] | None:
+    """A real model's text prompt: ``prompt = "…"``, or ``prompt_file`` = a path (relative to
+    the matrix) or the name of one of rtmatrix's own texts; read here, so a missing file fails
+    before anything runs."""
+    from rtmatrix.fixtures.sources import REAL_MODELS
+    from rtmatrix.fixtures.tokenizer import TEXTS, shipped_text
+
+    if "prompt" not in entry and "prompt_file" not in entry:
+        return None
+    if "prompt" in entry and "prompt_file" in entry:
+        raise ctx.fail(where, "give prompt or prompt_file, not both")
+    # a real model by name (not located here: loading a matrix downloads nothing)
+    real = model is not None and (model.startswith(SOURCE_PREFIX) or model in REAL_MODELS)
+    key = "prompt" if "prompt" in entry else "prompt_file"
+    if not real:
+        why = 'a text prompt needs a real checkpoint (model = "smollm2-135m" or source = "PATH")'
+        raise ctx.fail(f"{where}.{key}", f"{why}: seeded models take seeded ids")
+    value = entry[key]
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.fail(f"{where}.{key}", f"expected a non-empty string, got {value!r}")
+    if key == "prompt":
+        return "the fixture's prompt", value
+    if value in TEXTS:
+        return f"rtmatrix's text {value}", shipped_text(value)
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else base / path
+    try:
+        return f"prompt_file {path.name}", path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        fix = f"give a UTF-8 text file, or one of rtmatrix's own texts: {', '.join(TEXTS)}"
+        raise ctx.fail(f"{where}.prompt_file", f"cannot read {path}: {exc}; {fix}") from None
+
+
 def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     where = f"fixtures[{i}]"
     if not isinstance(entry, dict):
@@ -494,6 +546,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
         ),
         "options": ctx.table(entry.get("options", {}), f"{where}.options"),
         "scenario": entry.get("scenario", Scenario.GENERATE.value),
+        "runtimes": _names(ctx, f"{where}.runtimes", entry.get("runtimes", [])),
     }
     if extra["scenario"] not in tuple(Scenario):
         raise ctx.fail(
@@ -506,6 +559,9 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             raise ctx.fail(where, 'a model file fixture needs name = "..." and path = "..."')
         if "model" in entry or "dtypes" in entry or variant:
             raise ctx.fail(where, "give either model (+ dtypes, variant) or name + path, not both")
+        if "prompt" in entry or "prompt_file" in entry:
+            fix = 'give source = "PATH" instead of path (it is imported into every format)'
+            raise ctx.fail(where, f"a text prompt needs a checkpoint to tokenize with: {fix}")
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else base / path
         return [FixtureEntry(name=name, dtype=None, path=path, **extra)]
@@ -524,6 +580,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
         raise ctx.fail(
             f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(known)}"
         )
+    extra["prompt"] = _prompt(ctx, where, entry, model, base)
     valid = all_dtypes()
     dtypes = entry.get("dtypes", ["f32"])
     if not isinstance(dtypes, list) or not dtypes:
@@ -564,12 +621,19 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         cluster = parse_cluster(raw.get("cluster"), path.parent)
     except TargetError as exc:
         raise ctx.fail(exc.key, exc.problem) from None
+    runtimes = _runtimes(ctx, raw.get("runtimes"), targets)
+    names = [rt.name for rt in runtimes]
+    for i, fx in enumerate(fixtures_raw):
+        unknown = sorted(set(fx.get("runtimes", [])) - set(names))
+        if unknown:
+            why = f"unknown row(s) {', '.join(unknown)}; valid: {', '.join(names)}"
+            raise ctx.fail(f"fixtures[{i}].runtimes", why)
     return Matrix(
         power=power,
         path=path,
         run=_run_table(ctx, ctx.table(raw.get("run", {}), "run")),
         params=_params_table(ctx, ctx.table(raw.get("params", {}), "params")),
-        runtimes=_runtimes(ctx, raw.get("runtimes"), targets),
+        runtimes=runtimes,
         fixtures=fixtures,
         description=str(raw.get("description", "")),
         raw=raw,

@@ -36,6 +36,32 @@ def agreeing_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def _ids_judged(
+    dtype: str,
+    out: dict[str, Any],
+    agree: int,
+    ref_margins: Sequence[float],
+    tol: float | None,
+    why: str,
+) -> dict[str, Any]:
+    """Parity on the greedy ids alone (no logits to compare): every id, or a first divergence
+    at a near-tie of the reference's own top two; dtypes not judged on exact ids are
+    within tolerance on the ids they share (the tokens are reported either way)."""
+    judged: dict[str, Any] = {"max_abs_logit_err": None, "logit_reason": why,
+                              "logit_tolerance": tol, "judged_on": "ids"}  # fmt: skip
+    if out["all_tokens_agree"]:
+        return judged | {"within_tolerance": True}
+    if dtype not in EXACT_TOKENS:
+        return judged | {"within_tolerance": True}
+    margin = ref_margins[agree] if agree < len(ref_margins) else None
+    near_tie = margin is not None and tol is not None and margin <= tol
+    return judged | {
+        "margin_at_divergence": margin,
+        "divergence_kind": "near-tie" if near_tie else "clear-margin",
+        "within_tolerance": near_tie,
+    }
+
+
 def compare(
     dtype: str,
     ref_tokens: Sequence[int],
@@ -43,6 +69,7 @@ def compare(
     tokens: Sequence[int],
     logits: NDArray[np.float32] | None,
     ref_margins: Sequence[float] = (),
+    ids_only: str | None = None,
 ) -> dict[str, Any]:
     """Greedy tokens and first-step logits against the reference. For dtypes that must agree
     on every token, a first divergence where the reference's own top-2 margin is within the
@@ -58,6 +85,8 @@ def compare(
         "first_divergence": None if agree == len(ref_tokens) else agree,
     }
     tol = LOGIT_TOLERANCE.get(dtype)
+    if logits is None and ids_only:  # an engine's own loop: it shows ids, never logits
+        return out | _ids_judged(dtype, out, agree, ref_margins, tol, ids_only)
     if logits is None or logits.shape != ref_logits.shape:
         out["max_abs_logit_err"] = None
         out["logit_reason"] = "runtime returned no first-step logits of the reference's shape"

@@ -45,8 +45,10 @@ class QualityPlan:
     text: str
     text_ids: list[int]  # the whole text, as the harness tokenizes it
     positions: int  # the first positions + 1 ids are fed: each but the last predicts the next
-    #: the timed generation's prompt: the text's first ``prompt_tokens`` ids (None: seeded ids)
+    #: the timed generation's prompt: the first ``prompt_tokens`` ids of the fixture's
+    #: ``prompt``/``prompt_file`` text, else of the quality text (None: seeded ids)
     prompt_ids: list[int] | None = None
+    prompt_name: str = ""  # what the prompt's text is
 
     @property
     def ids(self) -> list[int]:
@@ -64,13 +66,19 @@ class QualityPlan:
 
 
 def plan(
-    model: str | None, n_ctx: int, options: dict[str, Any], prompt_tokens: int = 0
+    model: str | None,
+    n_ctx: int,
+    options: dict[str, Any],
+    prompt_tokens: int = 0,
+    prompt: tuple[str, str] | None = None,
 ) -> QualityPlan | None:
     """A real-model cell's text, or None (a seeded model): its timed generation is prompted with
-    the text's first ``prompt_tokens`` ids, so what it generates reads as a continuation
-    (``text_prompt = false``: seeded ids, as before), and its quality pass feeds the text
-    (unless :func:`wants_pass` says no). Raises ``ValueError`` naming the text or the
-    checkpoint when the text cannot be tokenized."""
+    the first ``prompt_tokens`` ids of ``prompt`` (``(what, text)``: the fixture's ``prompt``
+    or ``prompt_file``), else of the quality text, so what it generates reads as a
+    continuation (``text_prompt = false``: seeded ids, as before); its quality pass feeds the
+    quality text (unless :func:`wants_pass` says no). Raises ``ValueError`` naming the text or
+    the checkpoint when a text cannot be tokenized, or a prompt is shorter than
+    ``prompt_tokens``."""
     if model is None:
         return None
     from rtmatrix.fixtures.spec import get_spec
@@ -83,10 +91,34 @@ def plan(
     text = shipped_text(name)
     ids = encode(spec.source, text)
     positions = min(int(options.get("quality_tokens", DEFAULT_POSITIONS)), n_ctx - 1, len(ids) - 1)
-    prompt = None
+    if prompt is not None:
+        what, prompt_text = prompt
+        prompt_ids = encode(spec.source, prompt_text)
+        if len(prompt_ids) < prompt_tokens:
+            msg = (f"{what} is {len(prompt_ids)} tokens, fewer than prompt_tokens = "
+                   f"{prompt_tokens}: give a longer text, or set the fixture's params."
+                   f"prompt_tokens = {len(prompt_ids)} or fewer")  # fmt: skip
+            raise ValueError(msg)
+        return QualityPlan(
+            model,
+            name,
+            text,
+            ids,
+            positions,
+            prompt_ids[:prompt_tokens],
+            f"the first {prompt_tokens} of {len(prompt_ids)} tokens of {what}",
+        )
     if options.get("text_prompt", True) is not False and 0 < prompt_tokens <= len(ids):
-        prompt = ids[:prompt_tokens]
-    return QualityPlan(model, name, text, ids, positions, prompt)
+        return QualityPlan(model, name, text, ids, positions, ids[:prompt_tokens],
+                           f"the first {prompt_tokens} tokens of {name}")  # fmt: skip
+    return QualityPlan(model, name, text, ids, positions)
+
+
+def anchor_n_ctx(plan: QualityPlan) -> int:
+    """The chunk the runtime's own quality tool judges (llama-perplexity: one chunk of this many
+    ids of the text, which must hold twice as many; it scores positions ``n // 2 .. n - 2``),
+    chosen so the harness's pass covers the same positions."""
+    return min(plan.positions + 1, len(plan.text_ids) // 2)
 
 
 def wants_pass(options: dict[str, Any]) -> bool:
@@ -119,11 +151,32 @@ def _log_softmax(x: NDArray[Any]) -> NDArray[np.float64]:
     return np.asarray(x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
 
 
+def window(kld: NDArray[Any], same: NDArray[Any], n_ctx: int) -> dict[str, Any]:
+    """Mean KLD and same-top % over the positions the runtime's own tool scores in one chunk of
+    ``n_ctx`` ids (``n_ctx // 2 .. n_ctx - 2``, :func:`anchor_n_ctx`)."""
+    lo, hi = n_ctx // 2, n_ctx - 1
+    if hi > len(kld) or hi <= lo:
+        return {"n_ctx": n_ctx, "unavailable": f"the pass scored {len(kld)} positions, the "
+                f"tool's chunk needs positions {lo}..{hi - 1}"}  # fmt: skip
+    return {
+        "n_ctx": n_ctx,
+        "positions": [lo, hi - 1],
+        "kld_mean": float(kld[lo:hi].mean()),
+        "same_top_pct": float(same[lo:hi].mean() * 100.0),
+    }
+
+
 def figures(
-    runtime: NDArray[Any], reference: NDArray[Any], next_ids: list[int], detail: dict[str, Any]
+    runtime: NDArray[Any],
+    reference: NDArray[Any],
+    next_ids: list[int],
+    detail: dict[str, Any],
+    anchor: int | None = None,
 ) -> dict[str, Metric]:
     """The quality figures of one teacher-forced pass (``runtime`` and ``reference`` are the
-    logits predicting ``next_ids``, one row each)."""
+    logits predicting ``next_ids``, one row each); ``anchor``: the chunk length of the
+    runtime's own quality tool, whose positions also get their own mean KLD and same-top %
+    (``kld_mean``'s ``detail.anchor_window``)."""
     if runtime.shape != reference.shape or runtime.shape[0] != len(next_ids):
         why = f"runtime logits {runtime.shape} do not match the reference's {reference.shape}"
         return unavailable(why)
@@ -134,12 +187,14 @@ def figures(
     rows = np.arange(len(next_ids))
     target = np.asarray(next_ids)
     nll_rt, nll_ref = -lp_rt[rows, target], -lp_ref[rows, target]
-    same = float(np.mean(runtime.argmax(-1) == reference.argmax(-1)) * 100.0)
+    same_rows = runtime.argmax(-1) == reference.argmax(-1)
+    same = float(np.mean(same_rows) * 100.0)
     src = Source.HARNESS_COMPARISON
+    kld_detail = detail | {"sd": float(kld.std())}
+    if anchor:
+        kld_detail["anchor_window"] = window(kld, same_rows, anchor)
     return {
-        M.KLD_MEAN: Metric(
-            float(kld.mean()), "nats", src, detail=detail | {"sd": float(kld.std())}
-        ),
+        M.KLD_MEAN: Metric(float(kld.mean()), "nats", src, detail=kld_detail),
         M.KLD_P99: Metric(float(np.percentile(kld, 99)), "nats", src, detail=detail),
         M.SAME_TOP: Metric(same, "%", src, detail=detail),
         M.PPL: Metric(float(np.exp(nll_rt.mean())), "ppl", src, detail=detail),

@@ -23,6 +23,7 @@ from rtmatrix.report import (
     partitions,
     plots,
     ranking,
+    realmodel,
     upgrade,
     views,
 )
@@ -110,6 +111,8 @@ def render_html(
         "left_out": history.left_out(every, cols),
         "history": history.views(cols, paired),
         "summary": views.summary(runs, cols),
+        "real_model": realmodel.rows(cols, notes),
+        "real_sources": realmodel.sources(cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),

@@ -36,7 +36,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "evidence": ("ev", "reported by the runtime (log lines, device lists, placement)"),
     "reference-tool": (
         "ref",
-        "the runtime's own benchmark tool (llama-bench), same file and settings",
+        "the runtime's own tools (llama-bench, llama-perplexity), same file and settings",
     ),
     "analysis": (
         "an",
@@ -845,8 +845,12 @@ QUALITY_FIGS = (
     Fig(M.KLD_MEAN, "KLD"),
     Fig(M.SAME_TOP, "same top"),
     Fig(M.PPL, "ppl"),
+    Fig(M.KLD_REFERENCE_RATIO, "KLD ÷ tool", optional=True),
     Fig(M.KLD_P99, "KLD p99", True),
     Fig(M.PPL_REFERENCE, "ppl ref", True),
+    Fig(M.KLD_REFERENCE, "tool KLD", True, optional=True),
+    Fig(M.SAME_TOP_REFERENCE, "tool same top", True, optional=True),
+    Fig(M.SAME_TOP_REFERENCE_DIFF, "same top − tool", True, optional=True),
 )
 
 
@@ -1081,8 +1085,9 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     (
         "quality (real model)",
         "teacher-forced over rtmatrix's own text: mean KL divergence from the f32 reference "
-        "(nats), same top token, perplexity (KLD p99 and the reference's perplexity in all "
-        "figures)",
+        "(nats), same top token, perplexity; ÷ the runtime's own quality tool "
+        "(llama-perplexity) over the same positions where it has one (KLD p99, the "
+        "reference's perplexity and the tool's figures in all figures)",
         _quality,
     ),
     ("debugging", "debug facilities the runtime offers (probed)", _facilities),

@@ -8,7 +8,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
 from rtmatrix.metrics.quality import QualityPlan, wants_pass
 from rtmatrix.metrics.quality import plan as text_plan
+from rtmatrix.names import M
 from rtmatrix.outcome import Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult, read_log_lines
 from rtmatrix.results import load_run, save_run
@@ -182,8 +183,9 @@ def _text_plan(cell: Cell) -> QualityPlan | None:
         return None
     p = cell.params
     return text_plan(
-        cell.fixture.model, int(p["n_ctx"]), dict(cell.options), int(p["prompt_tokens"])
-    )
+        cell.fixture.model, int(p["n_ctx"]), dict(cell.options), int(p["prompt_tokens"]),
+        cell.fixture.prompt,
+    )  # fmt: skip
 
 
 def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
@@ -244,8 +246,26 @@ def _attempts(
             fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup, text)
             diagnose(rec, control, cell_record(fin, base, dist))
     if _wants_reference(ctx, cell, rec):
-        reference_metrics(rec, *_reference(ctx, cell, fx))
+        reference_metrics(rec, *_reference(ctx, cell, fx, _anchor(ctx, cell, rec, text)))
     return rec
+
+
+def _anchor(
+    ctx: RunContext, cell: Cell, rec: dict[str, Any], text: QualityPlan | None
+) -> tuple[QualityPlan, Path, int] | str | None:
+    """What the runtime's own quality tool needs (the text, the base file: the f32 export of
+    the same checkpoint, and the chunk length), the reason it cannot run, or None where there
+    is nothing to anchor (a seeded model, no quality pass, no such tool)."""
+    window = rec["metrics"].get(M.KLD_MEAN, {}).get("anchor_window")  # a Metric's detail
+    if text is None or window is None or not ctx.describe[cell.runtime].get("reference_quality"):
+        return None
+    if "unavailable" in window:
+        return str(window["unavailable"])
+    container = str(ctx.describe[cell.runtime]["container"])
+    base = _prepare(replace(cell, fixture=replace(cell.fixture, dtype="f32")), container)
+    if isinstance(base, CellOutcome):
+        return f"the f32 base file could not be prepared: {base.message}"
+    return text, base.path, int(window["n_ctx"])
 
 
 def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
@@ -260,20 +280,31 @@ def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
 
 
 def _reference(
-    ctx: RunContext, cell: Cell, fx: PreparedFixture
+    ctx: RunContext,
+    cell: Cell,
+    fx: PreparedFixture,
+    anchor: tuple[QualityPlan, Path, int] | str | None = None,
 ) -> tuple[WorkerResult, ContentionReading | None]:
-    """The runtime's own benchmark tool on the cell's file, in a worker process of its own,
-    and how busy the host was outside it meanwhile."""
+    """The runtime's own benchmark tool on the cell's file (and its quality tool, given an
+    ``anchor``), in a worker process of its own, and how busy the host was outside it."""
     with tempfile.TemporaryDirectory(prefix="rtmatrix-ref-") as tmp:
         job_dir = Path(tmp)
-        make_job(ctx, cell, fx, None, task="reference").write(job_dir / "job.json")
-        timeout = max(2 * float(cell.run["timeout_s"]), 120.0)  # two llama-bench runs
+        job = make_job(ctx, cell, fx, None, task="reference")
+        if isinstance(anchor, tuple):
+            plan, base, n_ctx = anchor
+            job = replace(job, quality_text=plan.text, anchor_base_path=str(base),
+                          anchor_n_ctx=n_ctx)  # fmt: skip
+        job.write(job_dir / "job.json")
+        # two llama-bench runs, and two llama-perplexity runs for a real model
+        timeout = max((4 if isinstance(anchor, tuple) else 2) * float(cell.run["timeout_s"]), 120.0)
         lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
                              python=ctx.python)  # fmt: skip
         read = process.read_result(job_dir)
     threshold = float(cell.run.get("contention_threshold_cores", DEFAULT_THRESHOLD_CORES))
     busy = lau.cpu.reading(lau.spawned, lau.spawned + lau.wall_s, threshold) if lau.cpu else None
     if read.result is not None:
+        if isinstance(anchor, str) and read.result.reference is not None:
+            read.result.reference["quality"] = {"unavailable": anchor}
         return read.result, busy
     why = classify(lau, None, "reference", 0, None, problem=read.problem).message
     return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}"), busy

@@ -125,7 +125,8 @@ def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
         "tokenizer": ran.get("tokenizer"),
         "teacher_forced_wall_s": ran.get("wall_s"),
     }
-    return quality.figures(np.load(path), ref, plan.ids[1:], detail)
+    anchor = quality.anchor_n_ctx(plan)
+    return quality.figures(np.load(path), ref, plan.ids[1:], detail, anchor)
 
 
 def parity_for(fin: Finished) -> dict[str, Any]:
@@ -146,8 +147,10 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
     logits = np.load(logits_path) if logits_path and logits_path.exists() else None
     reps = result.reps
+    engine = (result.evidence or {}).get("engine_loop")
+    ids_only = f"an engine's own loop ({engine['api']}): ids, no logits" if engine else None
     out = parity.compare(
-        fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins
+        fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins, ids_only
     )
     out["deterministic_across_reps"] = all(r.tokens == reps[0].tokens for r in reps)
     return out
@@ -279,10 +282,12 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     }
     if j.reason:
         out["verdict_reason"] = j.reason
+    if fin.text is not None:  # a real checkpoint's cell: the report's real-model table
+        out["fixture"] = out["fixture"] | {"source": get_spec(fin.text.model).source}
     if fin.text is not None and fin.result is not None and fin.result.reps:
         q = fin.text
         out["generated_text"] = generated_text(q.model, fin.result.reps[0].tokens) | {
-            "prompt": f"the first {len(q.prompt_ids)} tokens of {q.text_name}"
+            "prompt": q.prompt_name
             if q.prompt_ids
             else "seeded token ids (the text is shorter than prompt_tokens, or text_prompt = false)"
         }
@@ -338,6 +343,62 @@ def reference_metrics(
         )  # fmt: skip
     if data is not None:
         rec["evidence"]["reference_tool"] = data.get("evidence", {})
+    if data is not None and "quality" in data:
+        m |= {str(k): v.to_dict() for k, v in quality_reference(m, data["quality"]).items()}
+
+
+#: llama-perplexity prints its mean KLD with 6 decimals: below this, fewer than 2 digits
+KLD_RESOLVED = 1e-4
+
+
+def quality_reference(m: dict[str, Any], tool: dict[str, Any]) -> dict[M, Metric]:
+    """The runtime's own quality tool's mean KLD and same-top % (source reference-tool), and
+    the harness's figures over the same positions against them: ratio of mean KLDs, and the
+    difference of same-top % in points (``tool``: the reference task's ``quality``)."""
+    names = (M.KLD_REFERENCE, M.SAME_TOP_REFERENCE, M.KLD_REFERENCE_RATIO,
+             M.SAME_TOP_REFERENCE_DIFF)  # fmt: skip
+    units = ("nats", "%", "ratio", "points")
+    if "unavailable" in tool:
+        why = f"the runtime's quality tool: {tool['unavailable']}"
+        return {n: Metric.unavailable(u, why) for n, u in zip(names, units, strict=True)}
+    evidence = dict(tool.get("evidence", {}))
+    src = Source.REFERENCE_TOOL
+    kld_ref = Metric(
+        float(tool["kld_mean"]),
+        "nats",
+        src,
+        detail=evidence | {"uncertainty": tool.get("kld_mean_uncertainty")},
+    )
+    top_ref = Metric(
+        float(tool["same_top_pct"]),
+        "%",
+        src,
+        detail=evidence | {"uncertainty": tool.get("same_top_pct_uncertainty")},
+    )
+    out = {M.KLD_REFERENCE: kld_ref, M.SAME_TOP_REFERENCE: top_ref}
+    window = m.get(M.KLD_MEAN, {}).get("anchor_window") or {}  # a Metric's detail, flattened
+    if "kld_mean" not in window or window.get("n_ctx") != evidence.get("n_ctx"):
+        why = "the harness's pass has no figures over the tool's positions"
+        return out | {M.KLD_REFERENCE_RATIO: Metric.unavailable("ratio", why),
+                      M.SAME_TOP_REFERENCE_DIFF: Metric.unavailable("points", why)}  # fmt: skip
+    detail = {"positions": window["positions"], "harness_kld_mean": window["kld_mean"],
+              "harness_same_top_pct": window["same_top_pct"]}  # fmt: skip
+    tool_kld, tool_top = float(tool["kld_mean"]), float(tool["same_top_pct"])
+    ratio = (
+        Metric(window["kld_mean"] / tool_kld, "ratio", Source.HARNESS_COMPARISON,
+               detail=detail | {"method": "harness mean KLD / tool mean KLD, same positions"})
+        if tool_kld >= KLD_RESOLVED
+        else Metric.unavailable("ratio", f"the tool's mean KLD {tool_kld:g} is below "
+                                f"{KLD_RESOLVED:g}: it prints 6 decimals, too few digits for a "
+                                "ratio (an f32/f16 file)")
+    )  # fmt: skip
+    diff = Metric(
+        window["same_top_pct"] - tool_top,
+        "points",
+        Source.HARNESS_COMPARISON,
+        detail=detail | {"method": "harness same-top % - tool same-top %"},
+    )
+    return out | {M.KLD_REFERENCE_RATIO: ratio, M.SAME_TOP_REFERENCE_DIFF: diff}
 
 
 def sha256_of(path: Path) -> str:
@@ -391,6 +452,16 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
     }
 
 
+def _quality_text(m: dict[str, Any]) -> str:
+    """A real model's KLD and same-top % (and ÷ the runtime's own tool) for the progress line."""
+    kld, top = m.get(M.KLD_MEAN, {}).get("value"), m.get(M.SAME_TOP, {}).get("value")
+    if kld is None or top is None:
+        return ""
+    ratio = m.get(M.KLD_REFERENCE_RATIO, {}).get("value")
+    anchor = f" (÷ tool {ratio:.2f})" if ratio is not None else ""
+    return f"  KLD {kld:.4f}{anchor} same-top {top:.0f}%"
+
+
 def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
     out = rec["outcome"]
     m = rec["metrics"]
@@ -401,6 +472,7 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
         par = rec["parity"]
         if par["status"] == "measured":
             figs += f"  parity {par['tokens_agree']}/{par['tokens_compared']}"
+        figs += _quality_text(m)
     else:
         figs = f"  {out['message'][:120]}"
     if rec.get("contended") and out["status"] == "ok":

@@ -20,10 +20,11 @@
       });
     });
     var all = document.getElementById("all-figures");
-    var matrix = document.getElementById("selection-matrix");
-    if (all && matrix) {
+    var matrices = document.querySelectorAll("table.matrix");
+    if (all && matrices.length) {
       all.addEventListener("click", function () {
-        var on = matrix.classList.toggle("all");
+        var on = all.getAttribute("aria-pressed") !== "true";
+        matrices.forEach(function (m) { m.classList.toggle("all", on); });
         all.setAttribute("aria-pressed", on ? "true" : "false");
         all.textContent = on ? "fewer figures" : "show all figures";
       });

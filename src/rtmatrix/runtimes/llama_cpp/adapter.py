@@ -203,8 +203,8 @@ class LlamaCppAdapter(Adapter):
         sdist; a failure is recorded and the reference figures become ``unavailable``."""
         from rtmatrix.runtimes.llama_cpp import reftool
 
-        log("llama_cpp: llama-bench/llama-server from the installed llama-cpp-python's sdist "
-            "(cached by version and options; a first build takes ~5 min on 2 cores)")  # fmt: skip
+        log("llama_cpp: llama.cpp's tools from the installed llama-cpp-python's sdist (cached "
+            "by version and options; a first build takes ~13 min on 2 cores)")  # fmt: skip
         try:
             build = reftool.build_tools(log=log)
         except reftool.ToolUnavailable as exc:
@@ -254,6 +254,30 @@ class LlamaCppAdapter(Adapter):
             raise RuntimeUnavailable(exc.reason) from exc
         evidence["command"] = " && ".join(evidence["commands"])
         return out | {"evidence": evidence}
+
+    @classmethod
+    def reference_quality(
+        cls,
+        model_path: Path,
+        base_path: Path,
+        text: str,
+        n_ctx: int,
+        params: JobParams,
+        options: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """llama-perplexity's ``--kl-divergence`` of the cell's file from ``base_path`` over one
+        chunk of ``n_ctx`` ids of ``text``, with the row's threads, flash attention and extra
+        buffer types."""
+        from rtmatrix.runtimes.llama_cpp import perplexity, reftool
+
+        try:
+            return perplexity.kl_divergence(
+                reftool.find_tools(), base_path, model_path, text, n_ctx=n_ctx,
+                threads=params.threads, flash_attn=flash_attn_mode(options),
+                repack=extra_buffer_types(options), timeout_s=max(120.0, params.repetitions * 60.0),
+            )  # fmt: skip
+        except reftool.ToolUnavailable as exc:
+            raise RuntimeUnavailable(exc.reason) from exc
 
     # -- model ---------------------------------------------------------------------------------
     def load(self, model_path: Path, params: LoadParams) -> None:

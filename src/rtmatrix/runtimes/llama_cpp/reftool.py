@@ -2,12 +2,13 @@
 
 ``build_tools`` downloads the sdist of the installed llama-cpp-python version (``pip download
 --no-deps --no-binary :all:``), configures its ``vendor/llama.cpp`` with the options that matter
-as the binding's build sets them (:data:`CMAKE_OPTIONS`), builds ``llama-bench`` and
-``llama-server`` only, and installs them, with the shared libraries they load, atomically into
-the rtmatrix cache (``tools/llama.cpp-<version>-<hash of the build key>/``) beside a
-``tool-build.json`` manifest. A second call reuses the build; a lock keeps two processes from
-building the same entry at once. Every failure (no network, no cmake, a compile error) is a
-:class:`ToolUnavailable` with the reason; nothing here imports the binding.
+as the binding's build sets them (:data:`CMAKE_OPTIONS`), builds :data:`BINARIES` only
+(``llama-bench``, ``llama-server``, ``llama-perplexity``) and installs them, with the shared
+libraries they load, atomically into the rtmatrix cache
+(``tools/llama.cpp-<version>-<hash of the build key>/``) beside a ``tool-build.json`` manifest.
+A second call reuses the build; a lock keeps two processes from building the same entry at once.
+Every failure (no network, no cmake, a compile error) is a :class:`ToolUnavailable` with the
+reason; nothing here imports the binding.
 
 ``run_llama_bench`` runs ``llama-bench -o json`` on a model file in its own process group (killed
 on timeout) and returns the per-phase tokens/s samples, the exact command line, the tool's version
@@ -39,7 +40,7 @@ from rtmatrix import locks
 from rtmatrix.fixtures.cache import cache_root, file_sha256, key_hash
 
 DISTRIBUTION = "llama-cpp-python"
-BINARIES = ("llama-bench", "llama-server")
+BINARIES = ("llama-bench", "llama-server", "llama-perplexity")
 MANIFEST = "tool-build.json"
 TOOLS_DIR_ENV = "RTMATRIX_TOOLS_DIR"
 BUILD_KEY_VERSION = "1"
@@ -449,7 +450,7 @@ def build_tools(
     if manifest is not None:
         return ToolBuild(entry, version, manifest, built=False)
     if shutil.which("cmake") is None:
-        msg = "cmake is not on PATH (needed to build llama-bench/llama-server from the sdist)"
+        msg = "cmake is not on PATH (needed to build the llama.cpp tools from the sdist)"
         raise ToolUnavailable(msg)
     with build_lock(root / f".{entry.name}.lock", LOCK_TIMEOUT_S, say):
         manifest = read_valid(entry)  # built by the process we waited for
@@ -481,7 +482,7 @@ def find_tools(version: str | None = None, cache_dir: Path | None = None) -> Too
     manifest = read_valid(entry)
     if manifest is None:
         msg = (
-            f"llama-bench/llama-server for llama-cpp-python {version} are not built in {entry}; "
+            f"{', '.join(BINARIES)} for llama-cpp-python {version} are not built in {entry}; "
             "`rtmatrix run` builds them before the first llama.cpp cell (or: python -c "
             "'from rtmatrix.runtimes.llama_cpp.reftool import build_tools; build_tools()')"
         )
@@ -641,7 +642,9 @@ def settings_of(raw: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: raw[0][k] for k in SETTING_FIELDS if k in raw[0]}
 
 
-def _run_group(cmd: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+def run_group(
+    cmd: list[str], env: dict[str, str], timeout_s: float, what: str = "llama-bench"
+) -> tuple[int, str, str]:
     """Run ``cmd`` in its own process group; on timeout the whole group is killed."""
     proc = subprocess.Popen(
         cmd,
@@ -655,7 +658,7 @@ def _run_group(cmd: list[str], env: dict[str, str], timeout_s: float) -> tuple[i
     timed_out, out, err = _finish(proc, timeout_s)
     if timed_out:
         tail = err[-LOG_TAIL_CHARS:]
-        msg = f"llama-bench ran past {timeout_s:.0f} s and was killed; stderr tail: {tail}"
+        msg = f"{what} ran past {timeout_s:.0f} s and was killed; stderr tail: {tail}"
         raise ToolUnavailable(msg)
     return proc.returncode, out, err
 
@@ -683,7 +686,7 @@ def run_llama_bench(
     )  # fmt: skip
     t0 = time.perf_counter()
     try:
-        rc, out, err = _run_group(cmd, tool_env(build.bin_dir), timeout_s)
+        rc, out, err = run_group(cmd, tool_env(build.bin_dir), timeout_s)
     except OSError as exc:
         msg = f"llama-bench could not start: {exc}"
         raise ToolUnavailable(msg) from exc

@@ -1,0 +1,212 @@
+"""The OpenVINO GenAI row: Intel's own LLM engine (``openvino_genai.LLMPipeline``) running its
+own generation loop on the fixture, converted to the stateful IR it loads
+(:mod:`rtmatrix.runtimes.openvino_genai.convert`, cached; the conversion is in the first load).
+
+The engine takes token ids and returns token ids: it decodes greedily itself
+(``do_sample = False``, ``ignore_eos`` so every run makes the same count), and the harness
+times it through its streamer (each id as it is produced: TTFT to the first, then the gaps) —
+the :class:`~rtmatrix.adapters.capabilities.EngineGeneration` capability. Its own
+``perf_metrics`` (TTFT, TPOT, throughput, generate duration) are the runtime counters. There is
+no per-step logits API, so ``prefill``/``decode``/``last_logits`` are unavailable: parity is
+judged on the greedy ids (a first divergence at a near-tie is accepted, as for every row), the
+real model's teacher-forced quality figures are ``unavailable`` with that reason, and banned ids
+(the end-of-sequence token the other rows mask) cannot be masked (recorded).
+
+Settings (``[[runtimes]] options``): ``device`` (``CPU``), ``attention_backend`` (``SDPA``
+here; GenAI's CPU default with an SDPA graph is ``PA``, paged attention), ``kv_cache_precision``
+(``f32`` here; the CPU plugin's default is ``u8``, which changes greedy ids from the first token
+on this fixture), ``performance_hint`` (``LATENCY``), ``properties`` (any other). Threads are the
+matrix's (``INFERENCE_NUM_THREADS``). The device's own defaults are read back and recorded beside
+what this row asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.runtimes.openvino.adapter import special_ids_beside
+from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
+
+NO_LOOP = (
+    "OpenVINO GenAI's engine runs its own generation loop and returns ids, not logits: no "
+    "prefill/decode/last_logits (rtmatrix.adapters.capabilities.EngineGeneration instead)"
+)
+#: CPU properties whose device defaults are read back (``Core.get_property``)
+DEVICE_DEFAULTS = ("KV_CACHE_PRECISION", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT",
+                   "INFERENCE_NUM_THREADS")  # fmt: skip
+ROW_DEFAULTS = {"attention_backend": "SDPA", "kv_cache_precision": "f32",
+                "performance_hint": "LATENCY"}  # fmt: skip
+
+
+class OvGenaiAdapter(Adapter):
+    name: ClassVar[str] = "openvino_genai"
+    distribution: ClassVar[str] = "openvino-genai"
+    extra: ClassVar[str] = "openvino-genai"
+    container: ClassVar[str] = "onnx"
+    error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+
+    def __init__(self) -> None:
+        self._og: Any = None
+        self._ov: Any = None
+        self._pipe: Any = None
+        self._device = "CPU"
+        self._props: dict[str, Any] = {}
+        self._special: dict[str, int] = {}
+        self._n_vocab = 0
+        self._convert: dict[str, Any] = {}
+        self._last_perf: dict[str, Any] = {}
+
+    def import_runtime(self) -> str:
+        try:
+            import openvino
+            import openvino_genai
+        except ImportError as exc:
+            msg = f"openvino-genai is not installed ({exc}); pip install 'rtmatrix[openvino-genai]'"
+            raise RuntimeUnavailable(msg) from exc
+        self._og, self._ov = openvino_genai, openvino
+        return str(openvino_genai.__version__).split("-", 1)[0]
+
+    # -- model ---------------------------------------------------------------------------------
+    def _properties(self, params: LoadParams) -> dict[str, Any]:
+        opts = ROW_DEFAULTS | dict(params.options)
+        props: dict[str, Any] = {
+            "ATTENTION_BACKEND": str(opts["attention_backend"]),
+            "KV_CACHE_PRECISION": str(opts["kv_cache_precision"]),
+            "PERFORMANCE_HINT": str(opts["performance_hint"]),
+            "INFERENCE_NUM_THREADS": params.threads,
+        }
+        return props | {str(k): v for k, v in dict(opts.get("properties", {})).items()}
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        from rtmatrix.runtimes.openvino_genai.convert import engine_folder
+
+        onnx = model_path / "model.onnx" if model_path.is_dir() else model_path
+        self._device = str(params.options.get("device", "CPU"))
+        self._special = special_ids_beside(onnx)
+        t0 = time.perf_counter()
+        folder, manifest, built = engine_folder(onnx, self._special)
+        self._convert = dict(manifest) | {"converted_now": built,
+                                          "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
+        self._n_vocab = int(manifest["vocab"])
+        self._props = self._properties(params)
+        self._pipe = self._og.LLMPipeline(str(folder), self._device, **self._props)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._n_vocab
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        return dict(self._special)
+
+    def reset(self) -> None:
+        """Each ``generate`` call starts a new sequence: nothing to forget between calls."""
+
+    def prefill(self, tokens: Sequence[int]) -> None:
+        raise RuntimeUnavailable(NO_LOOP)
+
+    def decode(self, token: int) -> None:
+        raise RuntimeUnavailable(NO_LOOP)
+
+    def last_logits(self) -> NDArray[np.float32]:
+        raise RuntimeUnavailable(NO_LOOP)
+
+    def counters(self) -> dict[str, float]:
+        """The last generate call's ``perf_metrics``: TTFT as the prefill (it includes the
+        first id's sampling), TPOT x the later ids as the decode."""
+        pm = self._last_perf
+        if not pm:
+            return {}
+        later = max(0, int(pm["generated_tokens"]) - 1)
+        return {
+            "pp_ms": float(pm["ttft_ms"]),
+            "pp_tokens": float(pm["input_tokens"]),
+            "tg_ms": float(pm["tpot_ms"]) * later,
+            "tg_tokens": float(later),
+        }
+
+    # -- EngineGeneration ----------------------------------------------------------------------
+    def engine_generate(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        banned: Sequence[int],
+        on_token: Callable[[int], None],
+    ) -> list[int]:
+        """Greedy ids from the engine's own loop; ``on_token`` is called as each id arrives."""
+        og = self._og
+        cfg = og.GenerationConfig()
+        cfg.max_new_tokens = n_gen
+        cfg.min_new_tokens = n_gen
+        cfg.do_sample = False
+        cfg.ignore_eos = True
+        eos = self._special.get("eos", -1)
+        cfg.set_eos_token_id(eos if eos >= 0 else self._n_vocab - 1)
+
+        class _Ids(og.StreamerBase):  # type: ignore[misc,name-defined]
+            def write(self, token: Any) -> Any:
+                for t in token if isinstance(token, list) else [token]:
+                    on_token(int(t))
+                return og.StreamingStatus.RUNNING
+
+            def end(self) -> None:
+                return None
+
+        ids = self._ov.Tensor(np.asarray([list(prompt)], dtype=np.int64))
+        res = self._pipe.generate(ids, cfg, _Ids())
+        pm = res.perf_metrics
+        self._last_perf = {
+            "ttft_ms": float(pm.get_ttft().mean),
+            "tpot_ms": float(pm.get_tpot().mean),
+            "throughput_tps": float(pm.get_throughput().mean),
+            "generate_duration_ms": float(pm.get_generate_duration().mean),
+            "inference_duration_ms": float(pm.get_inference_duration().mean),
+            "load_time_ms": float(pm.get_load_time()),
+            "input_tokens": int(pm.get_num_input_tokens()),
+            "generated_tokens": int(pm.get_num_generated_tokens()),
+        }
+        return [int(t) for t in res.tokens[0]]
+
+    # -- evidence ------------------------------------------------------------------------------
+    def evidence(self) -> dict[str, Any]:
+        core = self._ov.Core() if self._ov is not None else None
+        defaults: dict[str, Any] = {}
+        for key in DEVICE_DEFAULTS:
+            try:
+                defaults[key] = str(core.get_property(self._device, key)) if core else None
+            except Exception as exc:  # a property this device lacks
+                defaults[key] = f"unavailable: {type(exc).__name__}"
+        return {
+            "engine_loop": {
+                "api": "openvino_genai.LLMPipeline.generate(ids, GenerationConfig, streamer)",
+                "greedy": "do_sample=False, ignore_eos=True, min/max_new_tokens = gen_tokens",
+                "banned_ids": "not masked: the engine has no logit mask (ignore_eos only keeps "
+                "it generating past end-of-sequence)",
+                "logits": "none: parity on ids, quality figures unavailable",
+            },
+            "settings": {
+                "asked": dict(self._props),
+                "device_defaults": defaults,
+                "row_defaults_differ": "attention_backend SDPA (GenAI's default with an SDPA "
+                "graph: PA) and kv_cache_precision f32 (the CPU default u8 changes greedy ids)",
+            },
+            "conversion": self._convert,
+            "perf_metrics": dict(self._last_perf),
+            "debug_facilities": {
+                "perf_metrics": {
+                    "available": True,
+                    "how": "result.perf_metrics (raw_metrics: per-token durations)",
+                },
+                "log_level": {"available": True, "how": "OPENVINO_LOG_LEVEL / LOG_LEVEL"},
+            },
+        }
+
+    def close(self) -> None:
+        self._pipe = None

@@ -1,0 +1,75 @@
+"""OpenVINO GenAI's own engine (``LLMPipeline``) on the tiny fixture: converted to the stateful IR
+it loads (cached), timed through its streamer, its perf_metrics as the runtime counters, greedy
+ids against the numpy reference, and the failing fixtures' kinds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rtmatrix.matrix import parse_matrix
+from rtmatrix.results import load_run
+from rtmatrix.runner import run_matrix
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("openvino_genai")
+
+FAILING = {"truncated": "bad-file", "unknown-arch": "unsupported-op",
+           "missing-tensor": "missing-tensor"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def genai_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    repo = Path(__file__).resolve().parents[2]
+    failing = "".join(
+        f"[[fixtures]]\nmodel = 'tiny'\nvariant = '{v}'\nexpect_kind = '{k}'\n"
+        for v, k in FAILING.items()
+    )
+    text = (
+        "[run]\nrepetitions = 2\nwarmup = 1\ntimeout_s = 180\n"
+        "[params]\nn_ctx = 128\nprompt_tokens = 32\ngen_tokens = 16\n"
+        "[[runtimes]]\nname = 'openvino_genai'\n"
+        "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
+        "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n" + failing
+    )
+    tmp = tmp_path_factory.mktemp("ov-genai")
+    m = parse_matrix(text, tmp / "m.toml")
+    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+
+
+def cell(run: dict[str, Any], fixture: str) -> dict[str, Any]:
+    return next(c for c in run["cells"] if c["fixture"]["name"] == fixture)
+
+
+def test_the_engine_generates_the_references_greedy_ids(genai_run: dict[str, Any]) -> None:
+    c = cell(genai_run, "tiny")
+    assert c["outcome"]["status"] == "ok", c["outcome"]
+    par = c["parity"]
+    assert par["judged_on"] == "ids" and par["tokens_compared"] == 16, par
+    assert par["within_tolerance"], par
+    ev = c["evidence"]
+    assert ev["settings"]["asked"]["KV_CACHE_PRECISION"] == "f32"
+    assert ev["conversion"]["layers"] == 4 and ev["conversion"]["vocab"] == 512
+
+
+def test_perf_metrics_beside_the_harness_clock(genai_run: dict[str, Any]) -> None:
+    m = cell(genai_run, "tiny")["metrics"]
+    assert m["tg_tps"]["source"] == "harness-clock" and m["tg_tps"]["value"] > 0
+    assert m["tg_tps_counter"]["source"] == "runtime-counter"
+    ratio = m["tg_tps_counter"]["value"] / m["tg_tps"]["value"]
+    assert 0.5 < ratio < 2.0, (m["tg_tps_counter"], m["tg_tps"])
+
+
+def test_no_logits_means_no_stream_scenario_and_says_why(genai_run: dict[str, Any]) -> None:
+    c = cell(genai_run, "tiny-stream")
+    assert c["outcome"]["status"] == "unavailable", c["outcome"]
+    assert "Streaming" in c["outcome"]["message"]
+
+
+@pytest.mark.parametrize("variant", sorted(FAILING))
+def test_failing_fixtures_end_with_their_kind(genai_run: dict[str, Any], variant: str) -> None:
+    c = cell(genai_run, f"tiny-{variant}")
+    assert c["verdict"] == "PASS", (c["outcome"], c.get("verdict_reason"))
+    assert c["outcome"]["error_kind"] == FAILING[variant], c["outcome"]
