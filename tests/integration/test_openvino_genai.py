@@ -32,7 +32,9 @@ def genai_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "[params]\nn_ctx = 128\nprompt_tokens = 32\ngen_tokens = 16\n"
         "[[runtimes]]\nname = 'openvino_genai'\n"
         "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
-        "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n" + failing
+        "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n"
+        "[[fixtures]]\nname = 'tiny-cancel'\nmodel = 'tiny'\nscenario = 'cancel'\n"
+        "options = { cancel_cycles = 10, cancel_after_tokens = 6 }\n" + failing
     )
     tmp = tmp_path_factory.mktemp("ov-genai")
     m = parse_matrix(text, tmp / "m.toml")
@@ -62,10 +64,17 @@ def test_perf_metrics_beside_the_harness_clock(genai_run: dict[str, Any]) -> Non
     assert 0.5 < ratio < 2.0, (m["tg_tps_counter"], m["tg_tps"])
 
 
-def test_no_logits_means_no_stream_scenario_and_says_why(genai_run: dict[str, Any]) -> None:
-    c = cell(genai_run, "tiny-stream")
-    assert c["outcome"]["status"] == "unavailable", c["outcome"]
-    assert "Streaming" in c["outcome"]["message"]
+def checks(c: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k["name"]: k for k in c["metrics"]["lifecycle_checks"]["checks"]}
+
+
+def test_stream_and_cancel_through_the_engines_streamer(genai_run: dict[str, Any]) -> None:
+    s, c = cell(genai_run, "tiny-stream"), cell(genai_run, "tiny-cancel")
+    assert s["outcome"]["status"] == "ok", (s["outcome"], s["metrics"].get("lifecycle_checks"))
+    assert "StreamerBase" in s["metrics"]["stream_ttft_s"]["api"]
+    assert c["outcome"]["status"] == "ok", (c["outcome"], c["metrics"].get("lifecycle_checks"))
+    m = c["metrics"]
+    assert m["cancel_stop_tokens_after"]["value"] <= 1  # STOP ends the generation at that id
 
 
 @pytest.mark.parametrize("variant", sorted(FAILING))

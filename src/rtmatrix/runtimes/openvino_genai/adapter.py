@@ -33,6 +33,7 @@ from numpy.typing import NDArray
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
 from rtmatrix.runtimes.openvino.adapter import special_ids_beside
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
+from rtmatrix.runtimes.openvino_genai.stream import OvGenaiBackend
 
 NO_LOOP = (
     "OpenVINO GenAI's engine runs its own generation loop and returns ids, not logits: no "
@@ -62,6 +63,7 @@ class OvGenaiAdapter(Adapter):
         self._n_vocab = 0
         self._convert: dict[str, Any] = {}
         self._last_perf: dict[str, Any] = {}
+        self._backend: OvGenaiBackend | None = None
 
     def import_runtime(self) -> str:
         try:
@@ -174,6 +176,13 @@ class OvGenaiAdapter(Adapter):
         }
         return [int(t) for t in res.tokens[0]]
 
+    # -- Streaming ---------------------------------------------------------------------------
+    def stream_backend(self) -> OvGenaiBackend:
+        if self._backend is None:
+            eos = self._special.get("eos", -1)
+            self._backend = OvGenaiBackend(self._og, self._ov, self._pipe, eos)
+        return self._backend
+
     # -- evidence ------------------------------------------------------------------------------
     def evidence(self) -> dict[str, Any]:
         core = self._ov.Core() if self._ov is not None else None
@@ -209,4 +218,7 @@ class OvGenaiAdapter(Adapter):
         }
 
     def close(self) -> None:
+        if self._backend is not None:
+            self._backend.release()
+        self._backend = None
         self._pipe = None
