@@ -80,6 +80,16 @@ def test_the_infer_requests_latency_is_the_runtime_counter(ov_run: dict[str, Any
     assert 0.9 < ratio < 3.0, (m["tg_tps_counter"], m["tg_tps"])
 
 
+def test_benchmark_app_gives_reference_figures_at_the_cells_shapes(
+    ov_run: dict[str, Any],
+) -> None:
+    m = cell(ov_run, "tiny")["metrics"]
+    ref = m["pp_tps_reference"]
+    assert ref["source"] == "reference-tool" and ref["tool"] == "benchmark_app", ref
+    assert "input_ids[1,64]" in ref["command"] and "-nthreads 2" in ref["command"]
+    assert m["tg_tps_reference"]["value"] > 0 and m["pp_reference_ratio"]["value"] > 0
+
+
 def test_int8_runs_with_its_own_kernels(ov_run: dict[str, Any]) -> None:
     c = cell(ov_run, "tiny", "int8")
     assert c["outcome"]["status"] == "ok", c["outcome"]

@@ -30,7 +30,7 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
 
 #: compiled-model properties read back into the settings evidence
@@ -131,6 +132,23 @@ class OpenVinoAdapter(Adapter):
         self._ov = openvino
         self._core = openvino.Core()
         return str(openvino.__version__).split("-", 1)[0]
+
+    # -- the runtime's own benchmark tool (ReferenceBenchmark) ----------------------------------
+    @classmethod
+    def reference_benchmark(
+        cls, model_path: Path, params: JobParams, options: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """OpenVINO's ``benchmark_app`` (it ships with the wheel) on the cell's file at the
+        harness's shapes: a prefill of ``prompt_tokens`` ids on an empty cache (PP = ids ÷ its
+        median latency) and one decode step on a cache of ``prompt_tokens`` (TG = 1 ÷ median
+        latency: one fixed-shape step; the harness's decode grows the cache as it goes), each
+        with the row's threads, one stream, one request, synchronous, for ``repetitions`` s."""
+        from rtmatrix.runtimes.openvino import benchmark
+
+        try:
+            return benchmark.run(model_path, params, dict(options))
+        except benchmark.BenchmarkUnavailable as exc:
+            raise RuntimeUnavailable(str(exc)) from exc
 
     # -- model ---------------------------------------------------------------------------------
     def _config(self, params: LoadParams) -> dict[str, Any]:
