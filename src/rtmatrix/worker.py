@@ -220,14 +220,20 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
     for the text are checked against the harness's."""
     import numpy as np
 
+    from rtmatrix.adapters.base import RuntimeUnavailable
     from rtmatrix.adapters.capabilities import Tokenizing, missing
 
     text_ids = list(job.quality_ids or [])
     ids = text_ids[: job.quality_positions + 1]
     info: dict[str, Any] = {"positions": len(ids) - 1}
     if job.quality_text is not None:
+        own: list[int] | None = None
         if isinstance(adapter, Tokenizing):
-            own = adapter.tokenize_text(job.quality_text)
+            try:
+                own = adapter.tokenize_text(job.quality_text)
+            except RuntimeUnavailable as exc:  # no tokenizer for this model: said, not fatal
+                info["tokenizer"] = {"unavailable": str(exc)}
+        if own is not None:
             pairs = enumerate(zip(own, text_ids, strict=False))
             shorter = None if len(own) == len(text_ids) else min(len(own), len(text_ids))
             first = next((i for i, (a, b) in pairs if a != b), shorter)
@@ -239,7 +245,7 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
                 "runtime_ids_at_mismatch": own[first : first + 5] if first is not None else [],
                 "harness_ids_at_mismatch": text_ids[first : first + 5] if first is not None else [],
             }
-        else:
+        elif "tokenizer" not in info:
             info["tokenizer"] = {"unavailable": missing(adapter, Tokenizing, "tokenizer check")}
     t0 = time.perf_counter()
     adapter.reset()

@@ -218,6 +218,15 @@ class OrtGenaiAdapter(Adapter):
     def counters(self) -> dict[str, float]:
         return {}  # onnxruntime-genai keeps no per-call timing counters
 
+    # -- Tokenizing ------------------------------------------------------------------------------
+    def tokenize_text(self, text: str) -> list[int]:
+        """genai's own tokenizer (``og.Tokenizer``, from the folder's ``tokenizer.json``, which
+        rtmatrix writes beside a real checkpoint's model)."""
+        if self._folder is None or not (self._folder / "tokenizer.json").is_file():
+            msg = f"{self._folder} has no tokenizer.json: genai has no tokenizer for this model"
+            raise RuntimeUnavailable(msg)
+        return [int(i) for i in self._og.Tokenizer(self._model).encode(text)]
+
     # -- capabilities: Streaming, Abortable, Placement -----------------------------------------
     def stream_backend(self) -> OrtGenaiBackend:
         """The ``stream``/``cancel`` backend: genai's ``Generator`` loop on the loaded model."""
