@@ -172,6 +172,7 @@ def test_a_users_checkpoint_is_a_fixture_in_every_dtype_with_a_reference(tmp_pat
         prepare_fixture("mine", model, "f32", None, "gguf")
     onnx = prepare_fixture("mine", model, "f32", None, "onnx")
     assert onnx.path.is_file() and onnx.spec_sha256 == spec.content_hash()
+    assert not (onnx.path.parent / "tokenizer.json").exists()  # ids need none: still exported
     ref = reference_for(model, "f32", 8, 4, "onnx")
     tiny_ref = reference_for("tiny", "f32", 8, 4, "onnx")
     assert ref.tokens == tiny_ref.tokens  # the same weights, imported
