@@ -85,5 +85,8 @@ def test_an_engine_without_logits_is_judged_on_its_ids() -> None:
     assert not clear["within_tolerance"] and clear["divergence_kind"] == "clear-margin"
     tie = compare("f32", [1, 2, 3], ref, [1, 4, 3], None, [5.0, 1e-6, 5.0], ids_only=why)
     assert tie["within_tolerance"] and tie["divergence_kind"] == "near-tie"
+    int8 = compare("int8", [1, 2, 3], ref, [1, 4, 3], None, [5.0, 5.0, 5.0], ids_only=why)
+    assert int8["status"] == "unavailable" and int8["tokens_agree"] == 1
+    assert "no logits to judge" in int8["reason"] and int8["within_tolerance"] is None
     # without the engine's reason, missing logits still fail (a loop row that lost them)
     assert not compare("f32", [1, 2, 3], ref, [1, 2, 3], None)["within_tolerance"]

@@ -45,14 +45,16 @@ def _ids_judged(
     why: str,
 ) -> dict[str, Any]:
     """Parity on the greedy ids alone (no logits to compare): every id, or a first divergence
-    at a near-tie of the reference's own top two; dtypes not judged on exact ids are
-    within tolerance on the ids they share (the tokens are reported either way)."""
+    at a near-tie of the reference's own top two; a quantized dtype whose ids differ cannot be
+    judged without logits (status unavailable, the ids still reported)."""
     judged: dict[str, Any] = {"max_abs_logit_err": None, "logit_reason": why,
                               "logit_tolerance": tol, "judged_on": "ids"}  # fmt: skip
     if out["all_tokens_agree"]:
         return judged | {"within_tolerance": True}
-    if dtype not in EXACT_TOKENS:
-        return judged | {"within_tolerance": True}
+    if dtype not in EXACT_TOKENS:  # a quantized file's ids may differ; without logits, no judge
+        why_not = (f"{dtype} ids may differ from the reference's and there are no logits to "
+                   f"judge the difference by ({why})")  # fmt: skip
+        return judged | {"status": "unavailable", "reason": why_not, "within_tolerance": None}
     margin = ref_margins[agree] if agree < len(ref_margins) else None
     near_tie = margin is not None and tol is not None and margin <= tol
     return judged | {
