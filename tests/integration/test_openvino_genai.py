@@ -34,7 +34,10 @@ def genai_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
         "[[fixtures]]\nname = 'tiny-stream'\nmodel = 'tiny'\nscenario = 'stream'\n"
         "[[fixtures]]\nname = 'tiny-cancel'\nmodel = 'tiny'\nscenario = 'cancel'\n"
-        "options = { cancel_cycles = 10, cancel_after_tokens = 6 }\n" + failing
+        "options = { cancel_cycles = 10, cancel_after_tokens = 6 }\n"
+        "[[fixtures]]\nname = 'tiny-serve'\nmodel = 'tiny'\nscenario = 'serve'\n"
+        "options = { serve_concurrency = [1, 2, 4], serve_rounds = 1, invariance_requests = 4 }\n"
+        + failing
     )
     tmp = tmp_path_factory.mktemp("ov-genai")
     m = parse_matrix(text, tmp / "m.toml")
@@ -75,6 +78,19 @@ def test_stream_and_cancel_through_the_engines_streamer(genai_run: dict[str, Any
     assert c["outcome"]["status"] == "ok", (c["outcome"], c["metrics"].get("lifecycle_checks"))
     m = c["metrics"]
     assert m["cancel_stop_tokens_after"]["value"] <= 1  # STOP ends the generation at that id
+
+
+def test_continuous_batching_levels_and_batch_invariance(genai_run: dict[str, Any]) -> None:
+    c = cell(genai_run, "tiny-serve")
+    assert c["outcome"]["status"] == "ok", (c["outcome"], c["metrics"].get("lifecycle_checks"))
+    m = c["metrics"]
+    assert "ContinuousBatchingPipeline" in m["lifecycle_checks"]["api"]
+    for n in (1, 2, 4):
+        assert m[f"serve_c{n}_errors"]["value"] == 0
+        assert m[f"serve_c{n}_throughput_tps"]["value"] > 0
+    ok = {k["name"]: k["ok"] for k in m["lifecycle_checks"]["checks"]}
+    assert ok["serve_invariance_isolation"] and ok["serve_invariance_reference"], ok
+    assert m["serve_invariance_concurrent_reference_agree"]["value"] == 4
 
 
 @pytest.mark.parametrize("variant", sorted(FAILING))

@@ -280,6 +280,29 @@ class TokenServer(Protocol):
 
 
 @runtime_checkable
+class BatchEngine(Protocol):
+    """The engine schedules several requests in this process (continuous batching: OpenVINO
+    GenAI's ``ContinuousBatchingPipeline``): the ``serve`` scenario's concurrency levels and
+    batch invariance without a server."""
+
+    #: the engine's batching API, in words
+    batch_api: str
+
+    def batch_generate(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        on_token: Callable[[int, int], None],
+    ) -> list[list[int]]:
+        """Every ``(prompt, n_gen)`` request submitted at once, greedy; ``on_token(request index,
+        id)`` as each id is produced. Returns each request's ids."""
+        ...
+
+    def batch_state(self) -> dict[str, Any]:
+        """What the engine says about its scheduler and cache now (sizes, usage, settings)."""
+        ...
+
+
+@runtime_checkable
 class Serving(Protocol):
     """The runtime ships an OpenAI-compatible server (scenario ``serve``)."""
 
@@ -313,6 +336,7 @@ CAPABILITIES: dict[type[Any], str] = {
     Streaming: "stream_backend()",
     Abortable: "abort_prefill(prompt, delay_s)",
     Serving: "server_driver()",
+    BatchEngine: "batch_generate(requests, on_token), batch_state()",
     Placement: "placement()",
     Tokenizing: "tokenize_text(text)",
     ProcessMemory: "process_rss()",

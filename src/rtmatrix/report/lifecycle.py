@@ -391,6 +391,9 @@ def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
         card.note = card.note or "no concurrency level recorded a measurement"
     _server_counters(cell, card, notes)
     _invariance(cell, card, notes)
+    if not _m(cell, "serve_survived"):  # served in process by the engine: no server to abuse
+        card.facts.append(Part("startup", _value(cell, "serve_startup_s", notes)))
+        return
     survived = _m(cell, "serve_survived")
     sv = metric_value(survived, notes, "serve_survived")
     if survived and survived.get("value") is not None:

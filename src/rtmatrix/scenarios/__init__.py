@@ -33,10 +33,12 @@ def require_capability(name: str, adapter: Adapter) -> None:
     """Raise :class:`RuntimeUnavailable` (the same reason the scenario itself gives) when the
     runtime lacks what scenario ``name`` needs: the worker asks before loading the model, so an
     unavailable scenario cell costs no load (a JIT row's compile, for one)."""
-    from rtmatrix.adapters.capabilities import Serving, Streaming, missing
+    from rtmatrix.adapters.capabilities import BatchEngine, Serving, Streaming, missing
 
     needs = {Scenario.STREAM: Streaming, Scenario.CANCEL: Streaming, Scenario.SERVE: Serving}
     cap = needs.get(Scenario(name)) if name in tuple(Scenario) else None
+    if cap is Serving and isinstance(adapter, BatchEngine):
+        return  # served in process by the engine's own scheduler (scenarios.batch)
     if cap is not None and not isinstance(adapter, cap):
         raise RuntimeUnavailable(missing(adapter, cap, f"scenario {name!r}"))
 

@@ -312,6 +312,7 @@ def summary(inv: dict[str, Any]) -> dict[str, Any]:
         "n_probs": inv.get("n_probs"),
         "reference_how": inv.get("reference_how"),
         "reference_check": inv.get("reference_check"),
+        "notes": [str(inv[k]) for k in ("margin_note", "banned_note") if inv.get(k)],
         "concurrent_wall_s": inv.get("concurrent_wall_s"),
         "sequential_wall_s": inv.get("sequential_wall_s"),
         "requests": rows,

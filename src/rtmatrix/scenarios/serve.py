@@ -50,6 +50,7 @@ from typing import Any
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import (
+    BatchEngine,
     ServerCounters,
     ServerDriver,
     Serving,
@@ -240,6 +241,10 @@ def run(
     mark: Callable[[str, float], None],
 ) -> dict[str, Any]:
     if not isinstance(adapter, Serving):
+        if isinstance(adapter, BatchEngine):
+            from rtmatrix.scenarios import batch
+
+            return batch.run(adapter, job, prompt, banned, mark)
         raise RuntimeUnavailable(missing(adapter, Serving, f"scenario {Scenario.SERVE.value!r}"))
     driver = adapter.server_driver()
     opts = options(job)
@@ -645,13 +650,15 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
             "s",
             clk,
             detail={
-                "method": "spawn -> /v1/models answers",
+                "method": result.get("startup_method") or "spawn -> /v1/models answers",
                 "argv": result.get("server_argv"),
                 "settings": result.get("server_settings"),
             },
         )
         if result.get("startup_s") is not None
-        else Metric.unavailable("s", "the server never answered")
+        else Metric.unavailable(
+            "s", str(result.get("startup_error") or "the server never answered")
+        )
     )
     for path, status in (result.get("endpoints") or {}).items():
         key = {"/health": "serve_health_status", "/metrics": "serve_metrics_status"}.get(path)
@@ -800,7 +807,9 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
         out["serve_survived"] = Metric(
             "yes" if surv["ok"] else "no", "verdict", clk, detail=dict(surv)
         )
-    for key, label in (("rss_start", "after start"), ("rss_after_abuse", "after the abuse")):
+    rss = () if result.get("in_process") else (("rss_start", "after start"),
+                                                ("rss_after_abuse", "after the abuse"))  # fmt: skip
+    for key, label in rss:
         name = f"serve_server_rss_{'start' if key == 'rss_start' else 'after_abuse'}_bytes"
         out[name] = (
             Metric(result[key], "bytes", osacc, detail={"method": f"server process RSS {label}"})

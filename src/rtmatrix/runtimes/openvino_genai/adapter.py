@@ -42,6 +42,9 @@ NO_LOOP = (
 #: CPU properties whose device defaults are read back (``Core.get_property``)
 DEVICE_DEFAULTS = ("KV_CACHE_PRECISION", "INFERENCE_PRECISION_HINT", "PERFORMANCE_HINT",
                    "INFERENCE_NUM_THREADS")  # fmt: skip
+#: ``[[runtimes]] options`` for the ContinuousBatchingPipeline (the ``serve`` scenario); every
+#: other SchedulerConfig field keeps GenAI's default (recorded)
+CB_OPTIONS = {"cb_cache_size_gb": 1, "cb_max_num_seqs": 16}
 ROW_DEFAULTS = {"attention_backend": "SDPA", "kv_cache_precision": "f32",
                 "performance_hint": "LATENCY"}  # fmt: skip
 
@@ -64,6 +67,10 @@ class OvGenaiAdapter(Adapter):
         self._convert: dict[str, Any] = {}
         self._last_perf: dict[str, Any] = {}
         self._backend: OvGenaiBackend | None = None
+        self._folder: Path | None = None
+        self._cb: Any = None
+        self._cb_settings: dict[str, Any] = {}
+        self._cb_options: dict[str, Any] = {}
 
     def import_runtime(self) -> str:
         try:
@@ -98,6 +105,8 @@ class OvGenaiAdapter(Adapter):
                                           "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
         self._n_vocab = int(manifest["vocab"])
         self._props = self._properties(params)
+        self._folder = folder
+        self._cb_options = {k: params.options[k] for k in CB_OPTIONS if k in params.options}
         self._pipe = self._og.LLMPipeline(str(folder), self._device, **self._props)
 
     @property
@@ -144,13 +153,7 @@ class OvGenaiAdapter(Adapter):
     ) -> list[int]:
         """Greedy ids from the engine's own loop; ``on_token`` is called as each id arrives."""
         og = self._og
-        cfg = og.GenerationConfig()
-        cfg.max_new_tokens = n_gen
-        cfg.min_new_tokens = n_gen
-        cfg.do_sample = False
-        cfg.ignore_eos = True
-        eos = self._special.get("eos", -1)
-        cfg.set_eos_token_id(eos if eos >= 0 else self._n_vocab - 1)
+        cfg = self._greedy_config(n_gen)
 
         class _Ids(og.StreamerBase):  # type: ignore[misc,name-defined]
             def write(self, token: Any) -> Any:
@@ -175,6 +178,75 @@ class OvGenaiAdapter(Adapter):
             "generated_tokens": int(pm.get_num_generated_tokens()),
         }
         return [int(t) for t in res.tokens[0]]
+
+    # -- BatchEngine ---------------------------------------------------------------------------
+    batch_api: ClassVar[str] = (
+        "openvino_genai.ContinuousBatchingPipeline: add_request(ids, GenerationConfig) per "
+        "request, step() until none is unfinished, GenerationHandle.read() after each step"
+    )
+
+    def _batch_pipeline(self) -> Any:
+        if self._cb is None:
+            if self._folder is None:
+                msg = "no model is loaded"
+                raise RuntimeUnavailable(msg)
+            og = self._og
+            opts = CB_OPTIONS | self._cb_options
+            sc = og.SchedulerConfig()
+            sc.cache_size = int(opts["cb_cache_size_gb"])
+            sc.max_num_seqs = int(opts["cb_max_num_seqs"])
+            props = {k: v for k, v in self._props.items() if k != "ATTENTION_BACKEND"}
+            self._cb = og.ContinuousBatchingPipeline(str(self._folder), sc, self._device, props)
+            fields = ("cache_size", "num_kv_blocks", "max_num_batched_tokens", "max_num_seqs",
+                      "dynamic_split_fuse", "enable_prefix_caching")  # fmt: skip
+            self._cb_settings = {
+                "scheduler_config": {f: getattr(sc, f, None) for f in fields},
+                "properties": props,
+                "attention": "paged attention (the pipeline's only backend)",
+            }
+        return self._cb
+
+    def _greedy_config(self, n_gen: int) -> Any:
+        cfg = self._og.GenerationConfig()
+        cfg.max_new_tokens = n_gen
+        cfg.min_new_tokens = n_gen
+        cfg.do_sample = False
+        cfg.ignore_eos = True
+        eos = self._special.get("eos", -1)
+        cfg.set_eos_token_id(eos if eos >= 0 else self._n_vocab - 1)
+        return cfg
+
+    def batch_generate(
+        self,
+        requests: Sequence[tuple[Sequence[int], int]],
+        on_token: Callable[[int, int], None],
+    ) -> list[list[int]]:
+        """Every request added at once, then ``step()`` until all are finished; the ids each
+        handle has after a step are handed out in request order."""
+        pipe = self._batch_pipeline()
+        tensor = self._ov.Tensor
+        handles = [
+            pipe.add_request(i, tensor(np.asarray([list(p)], np.int64)), self._greedy_config(n))
+            for i, (p, n) in enumerate(requests)
+        ]
+        got: list[list[int]] = [[] for _ in requests]
+        while pipe.has_non_finished_requests():
+            pipe.step()
+            for i, h in enumerate(handles):
+                if h.can_read():
+                    for out in h.read().values():
+                        for t in out.generated_ids:
+                            got[i].append(int(t))
+                            on_token(i, int(t))
+        return got
+
+    def batch_state(self) -> dict[str, Any]:
+        if self._cb is None:
+            return {"built": False}
+        m = self._cb.get_metrics()
+        keys = ("cache_size_in_bytes", "kv_cache_size_in_bytes", "cache_usage",
+                "avg_cache_usage", "max_cache_usage", "requests", "scheduled_requests")  # fmt: skip
+        return {"built": True, **self._cb_settings, **{k: getattr(m, k, None) for k in keys}}
 
     # -- Streaming ---------------------------------------------------------------------------
     def stream_backend(self) -> OvGenaiBackend:
@@ -222,3 +294,4 @@ class OvGenaiAdapter(Adapter):
             self._backend.release()
         self._backend = None
         self._pipe = None
+        self._cb = None
