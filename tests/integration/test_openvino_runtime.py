@@ -38,7 +38,7 @@ def ov_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "[run]\nrepetitions = 2\nwarmup = 1\ntimeout_s = 120\n"
         "[params]\nn_ctx = 128\nprompt_tokens = 64\ngen_tokens = 16\n"
         "[[runtimes]]\nname = 'openvino'\n"
-        "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'int8']\n"
+        "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32', 'int8', 'int8w', 'int4w']\n"
         "[[fixtures]]\nmodel = 'tiny'\nvariant = 'nan-weights'\n"
         "[[fixtures]]\nmodel = 'tiny'\nvariant = 'future-opset'\nexpect_kind = 'unsupported-op'\n"
         + fixtures
@@ -94,6 +94,17 @@ def test_int8_runs_with_its_own_kernels(ov_run: dict[str, Any]) -> None:
     c = cell(ov_run, "tiny", "int8")
     assert c["outcome"]["status"] == "ok", c["outcome"]
     assert c["parity"]["status"] == "measured"
+
+
+@pytest.mark.parametrize(("dtype", "weights"), [("int8w", "i8"), ("int4w", "i4")])
+def test_weight_only_files_keep_their_weights_compressed(
+    ov_run: dict[str, Any], dtype: str, weights: str
+) -> None:
+    c = cell(ov_run, "tiny", dtype)
+    assert c["outcome"]["status"] == "ok", c["outcome"]
+    assert c["parity"]["within_tolerance"], c["parity"]
+    layers = c["evidence"]["runtime_model"]["layers"]
+    assert set(layers["FullyConnected"]) == {weights}, layers  # OpenVINO's own compression
 
 
 @pytest.mark.parametrize("variant", sorted(FAILING))

@@ -34,7 +34,7 @@ def _dims(vi: Any) -> list[int | str]:
 def test_registered_as_the_onnx_format() -> None:
     fmt = get_format("onnx")
     assert fmt is not None and fmt.container == "onnx" and fmt.filename == "model.onnx"
-    assert fmt.dtypes == ("f32", "int8")
+    assert fmt.dtypes == ("f32", "int8", "int8w", "int4w")
     assert "unknown-arch" in fmt.format_variants
     assert unsupported("onnx", "q4_0", None) is not None  # a GGUF dtype is not an ONNX one
 
@@ -159,7 +159,7 @@ def test_dtypes_have_distinct_cache_keys() -> None:
         for d in oe.DTYPES
         for v in (None, "unknown-arch")
     }
-    assert len(keys) == 4
+    assert len(keys) == 2 * len(oe.DTYPES)
 
 
 def test_missing_tensor_leaves_a_dangling_input(tmp_path: Path) -> None:
@@ -360,3 +360,58 @@ def test_int8_of_non_finite_weights_needs_no_quantizer(monkeypatch: pytest.Monke
     assert np.isnan(out["blk.0.attn_q.weight"]).all()
     assert "blk.0.attn_q.weight" not in sent[0] and "blk.1.attn_q.weight" in sent[0]
     assert "token_embd.weight" not in sent[0]  # not a MatMul weight: stays fp32
+
+
+def test_weight_only_int8_has_a_symmetric_scale_per_output_column() -> None:
+    w = np.array([[1.0, -0.5], [-2.0, 0.25], [0.5, 0.0]], np.float32)  # (in 3, out 2)
+    q, scale, block = oe.weight_only_quantize(w, 8)
+    assert block == 0 and q.dtype == np.int8
+    np.testing.assert_allclose(scale, [2.0 / 127, 0.5 / 127])
+    assert q[1, 0] == -127 and q[0, 1] == -127 and q[2, 1] == 0
+    np.testing.assert_allclose(q * scale, w, atol=scale.max() / 2)
+
+
+def test_weight_only_int4_has_a_scale_per_block_of_input_rows() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((2 * oe.INT4_BLOCK, 3)).astype(np.float32)
+    w[: oe.INT4_BLOCK, 2] = 0.0  # an all-zero block: scale 1, not a division by zero
+    q, scale, block = oe.weight_only_quantize(w, 4)
+    assert block == oe.INT4_BLOCK and scale.shape == (2, 3)
+    assert q.min() >= -8 and q.max() <= 7
+    assert scale[0, 2] == 1.0 and not q[: oe.INT4_BLOCK, 2].any()
+    np.testing.assert_allclose(scale[1, 0], np.abs(w[oe.INT4_BLOCK :, 0]).max() / 7, rtol=1e-6)
+
+
+def test_weight_only_of_non_finite_weights_is_a_nan_scale() -> None:
+    w = np.ones((oe.INT4_BLOCK, 2), np.float32)
+    w[3, 1] = np.nan
+    for bits in (8, 4):
+        q, scale, _ = oe.weight_only_quantize(w, bits)
+        assert not q.any() and np.isnan(scale).all()
+        assert np.isnan(oe.weight_only_dequantized(w.T, bits)).all()
+
+
+@pytest.mark.parametrize("dtype", ["int8w", "int4w"])
+def test_weight_only_files_dequantize_to_the_stored_weights(tmp_path: Path, dtype: str) -> None:
+    spec = get_spec("tiny")
+    art = build_fixture(spec, "onnx", dtype, root=tmp_path)
+    model = _load(art.path)
+    onnx.checker.check_model(model)
+    assert model.ir_version == oe.WEIGHT_ONLY_IR_VERSION
+    assert {o.version for o in model.opset_import if o.domain in ("", "ai.onnx")} == {21}
+    dq = {n.output[0]: n for n in model.graph.node if n.op_type == "DequantizeLinear"}
+    inits = _inits(model)
+    expected = oe.stored_weights(make_weights(spec), dtype)
+    for name in tensor_shapes(spec):
+        if not oe.is_matmul_weight(name):
+            np.testing.assert_array_equal(inits[name], expected[name])
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in dq[name].attribute}
+        q, scale = inits[name + "_q"].astype(np.float32), inits[name + "_scale"]
+        if dtype == "int8w":
+            assert attrs == {"axis": 1} and inits[name + "_q"].dtype == np.int8
+            deq = q * scale
+        else:
+            assert attrs["axis"] == 0 and attrs["block_size"] == oe.INT4_BLOCK
+            deq = q * np.repeat(scale, oe.INT4_BLOCK, axis=0)
+        np.testing.assert_array_equal(deq.T, expected[name])

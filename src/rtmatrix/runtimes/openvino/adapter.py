@@ -95,6 +95,26 @@ def special_ids_beside(model_path: Path) -> dict[str, int]:
     return out
 
 
+def runtime_layers(compiled: Any) -> dict[str, Any]:
+    """What the CPU plugin compiled: per layer type of its runtime model, how many layers ran at
+    which runtime precision (a FullyConnected at ``i8``/``i4`` keeps its weights compressed and
+    dequantizes them in the kernel; at ``f32`` they were decompressed at load)."""
+    counts: dict[str, dict[str, int]] = {}
+    try:
+        for op in compiled.get_runtime_model().get_ops():
+            info = op.get_rt_info()
+            kind = str(info["layerType"].astype(str)) if "layerType" in info else op.get_type_name()
+            prec = str(info["runtimePrecision"].astype(str)) if "runtimePrecision" in info else "?"
+            counts.setdefault(kind, {})
+            counts[kind][prec] = counts[kind].get(prec, 0) + 1
+    except Exception as exc:  # a plugin without a runtime model: say so
+        return {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
+    return {
+        "source": "CompiledModel.get_runtime_model(): rt_info layerType / runtimePrecision",
+        "layers": counts,
+    }
+
+
 class OpenVinoAdapter(Adapter):
     name: ClassVar[str] = "openvino"
     distribution: ClassVar[str] = "openvino"
@@ -288,6 +308,7 @@ class OpenVinoAdapter(Adapter):
                 "openvino_defaults": OPENVINO_DEFAULTS,
             }
             ev["load_timing_s"] = {k: round(v, 4) for k, v in self._timing.items()}
+            ev["runtime_model"] = runtime_layers(self._compiled)
         with contextlib.suppress(Exception):
             ev["device_name"] = str(self._core.get_property(self._device, "FULL_DEVICE_NAME"))
             caps = self._core.get_property(self._device, "OPTIMIZATION_CAPABILITIES")
