@@ -34,6 +34,7 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "tvm": "rtmatrix.runtimes.tvm.adapter:TvmAdapter",
     "openvino": "rtmatrix.runtimes.openvino.adapter:OpenVinoAdapter",
     "openvino_genai": "rtmatrix.runtimes.openvino_genai.adapter:OvGenaiAdapter",
+    "mnn": "rtmatrix.runtimes.mnn.adapter:MnnAdapter",
 }
 
 

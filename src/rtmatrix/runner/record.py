@@ -149,9 +149,14 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     reps = result.reps
     engine = (result.evidence or {}).get("engine_loop")
     ids_only = f"an engine's own loop ({engine['api']}): ids, no logits" if engine else None
+    requant = (result.evidence or {}).get("requantized")
+    judged_as = str(requant["judged_as"]) if requant else fx.dtype
     out = parity.compare(
-        fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins, ids_only
+        judged_as, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins, ids_only
     )
+    if requant:  # the runtime quantized the file's weights itself: judged as that dtype
+        out["requantized"] = dict(requant)
+        out["reference"] += f" ({fx.dtype}); the runtime re-quantized them: {requant['by']}"
     out["deterministic_across_reps"] = all(r.tokens == reps[0].tokens for r in reps)
     return out
 
