@@ -35,6 +35,7 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "openvino": "rtmatrix.runtimes.openvino.adapter:OpenVinoAdapter",
     "openvino_genai": "rtmatrix.runtimes.openvino_genai.adapter:OvGenaiAdapter",
     "mnn": "rtmatrix.runtimes.mnn.adapter:MnnAdapter",
+    "litert": "rtmatrix.runtimes.litert.adapter:LiteRtAdapter",
 }
 
 

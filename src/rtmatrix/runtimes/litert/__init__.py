@@ -1,0 +1,1 @@
+"""The LiteRT row (``litert``): ai-edge-litert's Interpreter on rtmatrix's own .tflite export."""
