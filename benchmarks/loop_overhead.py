@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/loop_overhead.py --json overhead.json      # 6 rounds per row
     .venv/bin/python benchmarks/loop_overhead.py --quick                   # 1 round: smoke test
 
-Issue 14 item 5. For each row (``llama_cpp``, ``onnxruntime``, ``onnxruntime_genai``, ``tvm_aot``)
+Issue 14 item 5. For each row (``llama_cpp``, ``onnxruntime``, ``onnxruntime_genai``, ``tvm_aot``,
+``mnn``, ``litert``)
 on the same model file (``small`` fixture, f32 by default; 2 threads, n_ctx 512, prompt 128,
 64 generated tokens, 1 warm-up + 5 counted repetitions), each round runs A and B in a seeded
 random order:
@@ -87,6 +88,8 @@ ROWS = {
         Row("onnxruntime", "onnxruntime", "onnx"),
         Row("onnxruntime_genai", "onnxruntime_genai", "onnx"),
         Row("tvm_aot", "tvm", "tvm", 'mode = "aot"'),
+        Row("mnn", "mnn", "onnx"),
+        Row("litert", "litert", "tflite"),
     )
 }
 
@@ -162,6 +165,12 @@ def _setup(row: Row, args: argparse.Namespace, tmp: Path) -> Setup:
         "warmup": args.warmup,
         "repetitions": args.repetitions,
     }
+    if row.adapter == "mnn":  # the tight loop loads the .mnn the harness's converter caches
+        from importlib import metadata
+
+        from rtmatrix.runtimes.mnn.convert import mnn_file
+
+        job["mnn_path"] = str(mnn_file(fx.path, {}, metadata.version("mnn"))[0])
     return Setup(row, matrix, job)
 
 

@@ -342,11 +342,155 @@ class TvmLoop:
                 "runtime_only": self.runtime_only, "mode": "aot"}  # fmt: skip
 
 
+class MnnLoop:
+    """``runtimes/mnn/adapter.py``: the ``.mnn`` the harness's converter cached (``mnn_path`` in
+    the job), a runtime manager ``{backend CPU, precision normal, numThread}``, the module loaded
+    with every input and output named (``shape_mutable``, ``rearrange``), int32 ids, the
+    ``present`` Vars fed back as ``past``."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        import MNN.expr as F
+        import MNN.nn as nn
+        import onnx
+
+        self.F = F
+        model = onnx.load(str(Path(job["model_path"])), load_external_data=False)
+        fixed = ("input_ids", "attention_mask", "position_ids")
+        ins = [i.name for i in model.graph.input]
+        self.past_names = [n for n in ins if n not in fixed]
+        dims = {i.name: i.type.tensor_type.shape.dim for i in model.graph.input}
+        self.empty = [(dims[n][1].dim_value, dims[n][3].dim_value) for n in self.past_names]
+        outs = ["logits"] + [
+            next(o.name for o in model.graph.output if o.name.endswith("." + n.split(".", 1)[1]))
+            for n in self.past_names
+        ]
+        self.asked = {"backend": "CPU", "precision": "normal", "numThread": job["threads"]}
+        rt = nn.create_runtime_manager((dict(self.asked),))
+        self.m = nn.load_module_from_file(
+            job["mnn_path"], [*fixed, *self.past_names], outs, runtime_manager=rt,
+            shape_mutable=True, rearrange=True,
+        )  # fmt: skip
+        self.reset()
+
+    def _var(self, a: Any) -> Any:
+        F = self.F
+        if a.dtype.kind in "iu":
+            return F.const(a.astype(np.int32), list(a.shape), F.NCHW, F.int)
+        return F.const(a.astype(np.float32), list(a.shape), F.NCHW, F.float)
+
+    def reset(self) -> None:
+        self.past = [self._var(np.zeros((1, h, 0, d), np.float32)) for h, d in self.empty]
+        self.pos = 0
+
+    def _call(self, tokens: list[int]) -> float:
+        n = len(tokens)
+        total = self.pos + n
+        feeds = [
+            self._var(np.asarray(tokens, np.int64).reshape(1, n)),
+            self._var(np.ones((1, total), np.int64)),
+            self._var(np.arange(self.pos, total, dtype=np.int64).reshape(1, n)),
+            *self.past,
+        ]
+        t0 = clock()
+        outs = self.m.forward(feeds)
+        outs[0].read()
+        dt = clock() - t0
+        self.past = list(outs[1:])
+        self.pos = total
+        return dt
+
+    def prefill(self, tokens: list[int]) -> float:
+        return self._call(tokens)
+
+    def decode(self, token: int) -> float:
+        return self._call([token])
+
+    def counters(self) -> dict[str, float]:
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self.asked)
+
+
+class LiteRtLoop:
+    """``runtimes/litert/adapter.py``: the file read into memory, ``Interpreter(model_content,
+    num_threads, AUTO | BUILTIN_WITHOUT_DEFAULT_DELEGATES)``, the ``prefill``/``decode``
+    signature runners, prefill in chunks of the file's ``prefill_chunk`` (the last padded, a
+    1-token piece through ``decode``), the additive mask per call, the caches fed back."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        from ai_edge_litert import interpreter as lite
+
+        path = Path(job["model_path"])
+        cfg = json.loads(path.with_name("litert_config.json").read_text("utf-8"))
+        self.chunk, self.max_ctx = int(cfg["prefill_chunk"]), int(cfg["max_ctx"])
+        self.xnnpack = bool(job["options"].get("xnnpack", True))
+        kind = (lite.OpResolverType.AUTO if self.xnnpack
+                else lite.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)  # fmt: skip
+        self.threads = job["threads"]
+        self.it = lite.Interpreter(model_content=path.read_bytes(), num_threads=self.threads,
+                                   experimental_op_resolver_type=kind)  # fmt: skip
+        self.it.allocate_tensors()
+        self.pre = self.it.get_signature_runner("prefill")
+        self.dec = self.it.get_signature_runner("decode")
+        ins = self.dec.get_input_details()
+        self.empty = {
+            k: np.zeros(tuple(d["shape"]), np.float32) for k, d in ins.items() if "_cache_" in k
+        }
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = {k: v.copy() for k, v in self.empty.items()}
+        self.pos = 0
+
+    def _mask(self, n: int, n_valid: int) -> Any:
+        key = np.arange(self.max_ctx)[None, :]
+        q = self.pos + np.arange(n)[:, None]
+        vis = (key <= q) & ((key < self.pos + n_valid) | (key == q))
+        neg = np.float32(np.finfo(np.float32).min)
+        return np.where(vis, np.float32(0), neg).reshape(1, 1, n, self.max_ctx)
+
+    def _run(self, runner: Any, ids: list[int], n_valid: int) -> float:
+        n = len(ids)
+        pos = np.arange(self.pos, self.pos + n, dtype=np.int32)
+        mask = self._mask(n, n_valid)
+        t0 = clock()
+        out = runner(input_ids=np.asarray([ids], np.int32), input_pos=pos, mask=mask,
+                     **self.cache)  # fmt: skip
+        dt = clock() - t0
+        for k in self.cache:
+            self.cache[k] = out[k]
+        self.pos += n_valid
+        return dt
+
+    def prefill(self, tokens: list[int]) -> float:
+        total = 0.0
+        for start in range(0, len(tokens), self.chunk):
+            part = tokens[start : start + self.chunk]
+            if len(part) == 1 or self.pos + self.chunk > self.max_ctx:
+                total += sum(self._run(self.dec, [t], 1) for t in part)
+                continue
+            padded = part + [part[-1]] * (self.chunk - len(part))
+            total += self._run(self.pre, padded, len(part))
+        return total
+
+    def decode(self, token: int) -> float:
+        return self._run(self.dec, [token], 1)
+
+    def counters(self) -> dict[str, float]:
+        return {}
+
+    def settings(self) -> dict[str, Any]:
+        return {"num_threads": self.threads, "xnnpack": self.xnnpack}
+
+
 LOOPS: dict[str, Any] = {
     "llama_cpp": LlamaCppLoop,
     "onnxruntime": OrtLoop,
     "onnxruntime_genai": GenaiLoop,
     "tvm": TvmLoop,
+    "mnn": MnnLoop,
+    "litert": LiteRtLoop,
 }
 
 
