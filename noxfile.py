@@ -5,6 +5,7 @@
     nox -s llama_cpp          one runtime's rows in a venv with only its extra; likewise
     nox -s onnxruntime        onnxruntime, onnxruntime_genai and mlc (rows tvm_aot, tvm_jit)
     nox -s openvino_runtime   OpenVINO's runtime and GenAI engine on matrix/openvino-runtime.toml
+    nox -s mobile             MNN and LiteRT beside llama.cpp on matrix/mobile.toml
     nox -s lint               ruff + mypy
     nox -s bench              rtmatrix's own costs (pytest-benchmark)
     nox -s fleet              a loopback Dask cluster (3 labelled workers, TLS) running
@@ -51,11 +52,15 @@ RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnxruntime-openvino": ("onnxruntime-openvino", ("ort_openvino", "ort_cpu_control")),
     "openvino": ("openvino", ("openvino",)),
     "openvino-genai": ("openvino-genai", ("openvino_genai",)),
+    "mnn": ("mnn", ("mnn", "mnn_w8", "mnn_w4")),
+    "ai-edge-litert": ("litert", ("litert",)),
 }
 #: upgrades whose matrix rows run int8 ONNX fixtures (the parent quantizes them with ORT)
 QUANTIZED_WITH_ORT = (
     "onnxruntime", "onnxruntime-genai", "onnxruntime-openvino", "openvino", "openvino-genai",
 )  # fmt: skip
+#: what the parent itself needs to write a distribution's fixtures (beyond the ORT quantizer)
+PARENT_EXTRA = {"mnn": "onnxruntime", "ai-edge-litert": "litert"}
 RESULTS = Path("results")
 UPGRADE_REPORT = Path("reports/upgrade")
 
@@ -154,6 +159,13 @@ def _version_venv(session: nox.Session, dist: str, version: str) -> str:
     return py
 
 
+def _parent_install(dist: str) -> str:
+    """The parent's install: rtmatrix with what its fixture exporters need for ``dist``'s rows."""
+    if dist in PARENT_EXTRA:
+        return f".[{PARENT_EXTRA[dist]}]"
+    return ".[onnxruntime]" if dist in QUANTIZED_WITH_ORT else "."
+
+
 def _rows(dist: str) -> list[str]:
     return [arg for row in RUNTIMES[dist][1] for arg in ("--runtime", row)]
 
@@ -169,7 +181,7 @@ def upgrade(session: nox.Session) -> None:
     )
     # the parent: rounds, judging, report, fixtures; it imports no runtime, but int8 ONNX
     # fixtures are quantized (in a child of the parent) with onnxruntime's quantizer
-    session.install("-e", ".[onnxruntime]" if dist in QUANTIZED_WITH_ORT else ".")
+    session.install("-e", _parent_install(dist))
     py_old, py_new = _version_venv(session, dist, old), _version_venv(session, dist, new)
     out = UPGRADE_REPORT
     session.log(f"comparing {dist} {old} ({py_old}) with {new} ({py_new}); report in {out}/")
@@ -244,6 +256,14 @@ def openvino_runtime(session: nox.Session) -> None:
     beside ONNX Runtime on the same ONNX files."""
     session.install("-e", ".[openvino,openvino-genai,onnxruntime]", env=BUILD_ENV)
     session.run("rtmatrix", "run", *_matrix_args(session, "matrix/openvino-runtime.toml"))
+
+
+@nox.session(python=PYTHON)
+def mobile(session: nox.Session) -> None:
+    """The mobile runtimes, MNN (rows ``mnn``, ``mnn_w8``, ``mnn_w4``) and LiteRT (``litert``,
+    XNNPACK on and off), beside llama.cpp on the same fixture family."""
+    session.install("-e", ".[mnn,litert,llama-cpp]", env=BUILD_ENV)
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/mobile.toml"))
 
 
 @nox.session(python=PYTHON)

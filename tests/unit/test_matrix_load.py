@@ -193,6 +193,14 @@ def test_a_sweep_multiplies_rows_and_cells_and_names_each_combination() -> None:
     assert plain.base_name == "onnxruntime" and plain.swept == {}
 
 
+def test_a_fixture_limited_to_a_swept_table_runs_on_every_row_of_its_sweep() -> None:
+    m = parse(SWEEP + 'runtimes = ["llama_cpp"]\n')
+    assert {c.runtime for c in m.cells()} == {rt.name for rt in m.runtimes if rt.swept}
+    one = next(rt.name for rt in m.runtimes if rt.swept)
+    m = parse(SWEEP + f'runtimes = ["{one}"]\n')
+    assert {c.runtime for c in m.cells()} == {one}
+
+
 @pytest.mark.parametrize(
     ("sweep", "pattern"),
     [

@@ -143,7 +143,8 @@ class FixtureEntry:
     #: a real model's prompt ``(what, text)``: ``prompt = "…"`` or ``prompt_file`` (a path, or
     #: one of rtmatrix's own texts by name); None: the quality text's first ids
     prompt: tuple[str, str] | None = None
-    #: the [[runtimes]] rows that run this fixture (by name); empty: every row
+    #: the [[runtimes]] rows that run this fixture (by name; a swept table's name: every row its
+    #: sweep made); empty: every row
     runtimes: tuple[str, ...] = ()
 
     @property
@@ -225,7 +226,7 @@ class Matrix:
         for rt in self.runtimes:
             for target in rt.targets or (None,):
                 for fx in self.fixtures:
-                    if not fx.runtimes or rt.name in fx.runtimes:
+                    if not fx.runtimes or {rt.name, rt.base_name} & set(fx.runtimes):
                         cells += self._cells(rt, fx, target)
         return cells
 
@@ -622,7 +623,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     except TargetError as exc:
         raise ctx.fail(exc.key, exc.problem) from None
     runtimes = _runtimes(ctx, raw.get("runtimes"), targets)
-    names = [rt.name for rt in runtimes]
+    names = list(dict.fromkeys([*(rt.name for rt in runtimes), *(rt.base_name for rt in runtimes)]))
     for i, fx in enumerate(fixtures_raw):
         unknown = sorted(set(fx.get("runtimes", [])) - set(names))
         if unknown:
