@@ -18,6 +18,7 @@ class Scenario(StrEnum):
     STREAM = "stream"
     CANCEL = "cancel"
     SERVE = "serve"
+    SAMPLE = "sample"  # the runtime's own sampler: reproducibility, order, distribution
 
     @classmethod
     def lifecycle(cls) -> tuple[Scenario, ...]:
@@ -91,4 +92,5 @@ SCENARIO_PREFIX: dict[Scenario, str] = {
     Scenario.STREAM: "stream_",
     Scenario.CANCEL: "cancel_",
     Scenario.SERVE: "serve_",
+    Scenario.SAMPLE: "sample_",
 }

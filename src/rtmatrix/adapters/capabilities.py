@@ -280,6 +280,46 @@ class TokenServer(Protocol):
 
 
 @runtime_checkable
+class Sampling(Protocol):
+    """The runtime samples with its own sampler (the ``sample`` scenario): ids drawn from its
+    logits after its own penalties, truncations and temperature, seeded."""
+
+    #: the sampling API, in words
+    sampler_api: str
+    #: the documented order of its stages: a key of ``rtmatrix.metrics.sampler.ORDERS``
+    sampler_order: str
+    #: where that order is documented (file and function of the runtime's source)
+    sampler_order_source: str
+
+    def sample_generate(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        """``n_gen`` ids sampled after ``prompt`` on a fresh sequence with ``params``
+        (temperature, top_k, top_p, min_p, repeat_penalty) and ``seed``."""
+        ...
+
+
+@runtime_checkable
+class ConstrainedSampling(Protocol):
+    """The runtime constrains its sampler to a JSON schema (a grammar made from it)."""
+
+    #: how the constraint is handed over, in words
+    constraint_api: str
+
+    def sample_constrained(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        params: dict[str, Any],
+        seed: int,
+        schema: dict[str, Any],
+    ) -> dict[str, Any]:
+        """At most ``n_gen`` ids sampled under ``schema``: ``{"tokens": [...], "text": str,
+        "stop": why it ended}``."""
+        ...
+
+
+@runtime_checkable
 class BatchEngine(Protocol):
     """The engine schedules several requests in this process (continuous batching: OpenVINO
     GenAI's ``ContinuousBatchingPipeline``): the ``serve`` scenario's concurrency levels and
@@ -337,6 +377,8 @@ CAPABILITIES: dict[type[Any], str] = {
     Abortable: "abort_prefill(prompt, delay_s)",
     Serving: "server_driver()",
     BatchEngine: "batch_generate(requests, on_token), batch_state()",
+    Sampling: "sample_generate(prompt, n_gen, params, seed)",
+    ConstrainedSampling: "sample_constrained(prompt, n_gen, params, seed, schema)",
     Placement: "placement()",
     Tokenizing: "tokenize_text(text)",
     ProcessMemory: "process_rss()",

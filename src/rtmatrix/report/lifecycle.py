@@ -44,6 +44,10 @@ SCENARIO_HELP = {
         "a long generation cancelled after k tokens, cycle after cycle, per cancel mode"
     ),
     Scenario.SERVE: "the runtime's own server on loopback, with concurrent streaming clients",
+    Scenario.SAMPLE: (
+        "the runtime's own sampler: seeds reproduced (twice, another process, other threads), "
+        "the stage order and first-token distribution against the numpy reference"
+    ),
 }
 
 
@@ -665,10 +669,49 @@ def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes
         card.note = f"no data: {why}" + (f" ({card.message})" if card.message else "")
         card.checks_value = unavailable(why, notes)
         return card
-    views = {Scenario.STREAM: _stream, Scenario.CANCEL: _cancel, Scenario.SERVE: _serve}
+    views = {Scenario.STREAM: _stream, Scenario.CANCEL: _cancel, Scenario.SERVE: _serve,
+             Scenario.SAMPLE: _sample}  # fmt: skip
     (_none if found is None else views.get(found, _none))(cell, card, notes)
     _traces(cell, card)
     return card
+
+
+def _sample(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+    """The sampler panel: parameters, the order documented and found, each check's result."""
+    sampler = as_dict(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("sampler"))
+    params = as_dict(sampler.get("params"))
+    card.facts += [
+        Part("parameters", Value(", ".join(f"{k} {v}" for k, v in params.items()), "",
+                                 f"seed {sampler.get('seed')}")),
+        Part("documented order", Value(str(sampler.get("order_documented")), "",
+                                       str(sampler.get("order_source") or ""))),
+        Part("order found", _value(cell, "sample_order_found", notes)),
+        Part("fit to the documented order (p)", _value(cell, "sample_fit_p_value", notes)),
+        Part("first-token draws", _value(cell, "sample_draws", notes)),
+    ]  # fmt: skip
+    rows = []
+    for c in as_list(sampler.get("checks")):
+        c = as_dict(c)
+        ok = c.get("ok")
+        div = as_dict(c.get("divergence"))
+        where = (
+            f"at {div.get('position')}: ids {div.get('tokens')}"
+            + (
+                f", reference logits {div['reference_logits']}"
+                if div.get("reference_logits")
+                else ""
+            )
+            if div
+            else "none"
+        )
+        rows.append(TableRow(
+            str(c.get("name", "")).removeprefix("sample_").replace("_", " "),
+            (Value("pass" if ok else "fail", "", str(c.get("detail", "")), None,
+                   "v-PASS" if ok else "v-FAIL"), Value(where, "")),
+        ))  # fmt: skip
+    if rows:
+        card.tables.append(Table("sampler checks", ("check", "result", "first divergence"),
+                                 tuple(rows)))  # fmt: skip
 
 
 def _none(cell: dict[str, Any], card: Card, notes: Notes) -> None:

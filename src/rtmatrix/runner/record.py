@@ -199,6 +199,33 @@ def invariance_reference(fin: Finished) -> None:
     scenario.setdefault("checks", []).extend(invariance.with_reference(inv, generate, exact, how))
 
 
+def sampler_reference(fin: Finished) -> None:
+    """The ``sample`` scenario's draws against the numpy reference (the stage orders rebuilt
+    from its logits); failed checks join the scenario's (so they refine the outcome)."""
+    from rtmatrix.scenarios import sample
+
+    scenario = fin.result.scenario if fin.result else None
+    if scenario is None or scenario.get("scenario") != "sample":
+        return
+    if fin.outcome.status is not Status.OK:
+        return
+    fx = fin.fixture
+    if fx is None or fx.model is None or fx.dtype is None:
+        scenario["order_unavailable"] = "user-supplied model file: no numpy reference for it"
+        return
+    try:
+        spec = get_spec(fx.model)
+        ref = Reference(spec, reference_weights(spec, fx.container, fx.dtype))
+    except (FixtureError, ExporterUnavailable) as exc:
+        scenario["order_unavailable"] = f"the numpy reference could not be built: {exc}"
+        return
+
+    def logits_after(ids: Sequence[int]) -> Any:
+        return ref.forward(list(ids), ref.new_cache())[-1]
+
+    scenario.setdefault("checks", []).extend(sample.with_reference(scenario, logits_after))
+
+
 def contention(fin: Finished) -> ContentionReading | None:
     """CPU used on the host outside the cell's processes, over its counted repetitions (or the
     worker's whole life for a cell without them); None when no worker ran."""
@@ -267,6 +294,7 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         fin.metrics |= figures
         par = parity.judged_by_quality(par, fin.fixture.dtype if fin.fixture else None, figures)
     invariance_reference(fin)
+    sampler_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
         outcome = replace(outcome, runtime_version=fin.result.runtime_version)

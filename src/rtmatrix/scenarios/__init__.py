@@ -26,6 +26,7 @@ _SEE = {
     Scenario.STREAM: "stream_ttft_s, stream_token_gap_*",
     Scenario.CANCEL: "cancel_*",
     Scenario.SERVE: "serve_c<N>_ttft_*, serve_c<N>_tpot_*",
+    Scenario.SAMPLE: "sample_*",
 }
 
 
@@ -33,9 +34,10 @@ def require_capability(name: str, adapter: Adapter) -> None:
     """Raise :class:`RuntimeUnavailable` (the same reason the scenario itself gives) when the
     runtime lacks what scenario ``name`` needs: the worker asks before loading the model, so an
     unavailable scenario cell costs no load (a JIT row's compile, for one)."""
-    from rtmatrix.adapters.capabilities import BatchEngine, Serving, Streaming, missing
+    from rtmatrix.adapters.capabilities import BatchEngine, Sampling, Serving, Streaming, missing
 
-    needs = {Scenario.STREAM: Streaming, Scenario.CANCEL: Streaming, Scenario.SERVE: Serving}
+    needs = {Scenario.STREAM: Streaming, Scenario.CANCEL: Streaming, Scenario.SERVE: Serving,
+             Scenario.SAMPLE: Sampling}  # fmt: skip
     cap = needs.get(Scenario(name)) if name in tuple(Scenario) else None
     if cap is Serving and isinstance(adapter, BatchEngine):
         return  # served in process by the engine's own scheduler (scenarios.batch)
@@ -63,6 +65,10 @@ def run_scenario(
         from rtmatrix.scenarios import serve
 
         return serve.run(adapter, job, prompt, banned, mark)
+    if name == Scenario.SAMPLE:
+        from rtmatrix.scenarios import sample
+
+        return sample.run(adapter, job, prompt, banned, mark)
     msg = f"scenario {name!r} is not available in this build of rtmatrix"
     raise RuntimeUnavailable(msg)
 
@@ -70,13 +76,14 @@ def run_scenario(
 def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
     if name not in Scenario.lifecycle():
         return {}
-    from rtmatrix.scenarios import cancel, invariance, serve, stream
+    from rtmatrix.scenarios import cancel, invariance, sample, serve, stream
 
     sc = Scenario(name)
     compute = {
         Scenario.STREAM: stream.metrics,
         Scenario.CANCEL: cancel.metrics,
         Scenario.SERVE: serve.metrics,
+        Scenario.SAMPLE: sample.metrics,
     }[sc]
     why = f"a '{sc.value}' cell runs no plain timed generation; see {_SEE[sc]}"
     out: dict[str, Metric] = {k.value: Metric.unavailable(unit, why) for k, unit in _PLAIN.items()}
@@ -104,6 +111,7 @@ def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
                 if result.get("invariance")
                 else {}
             ),
+            **({"sampler": sample.summary(result)} if sc is Scenario.SAMPLE else {}),
         },
     )
     return out

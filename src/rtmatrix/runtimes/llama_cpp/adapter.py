@@ -342,6 +342,83 @@ class LlamaCppAdapter(Adapter):
             "load_ms": float(perf.t_load_ms),
         }
 
+    # -- Sampling --------------------------------------------------------------------------------
+    sampler_api: ClassVar[str] = (
+        "llama_cpp.Llama.set_seed(seed) + Llama.generate(ids, temp, top_k, top_p, min_p, "
+        "repeat_penalty): the binding's llama_sampler chain"
+    )
+    sampler_order: ClassVar[str] = "truncate-then-temperature"
+    sampler_order_source: ClassVar[str] = (
+        "llama-cpp-python llama_cpp/llama.py Llama._init_sampler: penalties, top_k, typical, "
+        "top_p, min_p, temp, dist(seed)"
+    )
+
+    def sample_generate(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        """``n_gen`` ids from the binding's own sampler chain on a cleared sequence (typical-p
+        off; top_k 0 means off, as in llama.cpp)."""
+        self.reset()
+        self._llm.reset()
+        self._llm.set_seed(int(seed))
+        out: list[int] = []
+        for tok in self._llm.generate(
+            list(prompt),
+            top_k=int(params.get("top_k", 0) or 0),
+            top_p=float(params.get("top_p", 1.0)),
+            min_p=float(params.get("min_p", 0.0)),
+            typical_p=1.0,
+            temp=float(params.get("temperature", 1.0)),
+            repeat_penalty=float(params.get("repeat_penalty", 1.0)),
+            reset=True,
+        ):
+            out.append(int(tok))
+            if len(out) >= n_gen:
+                break
+        return out
+
+    constraint_api: ClassVar[str] = (
+        "llama_cpp.LlamaGrammar.from_json_schema(schema) passed to Llama.generate(grammar=...)"
+    )
+
+    def sample_constrained(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        params: dict[str, Any],
+        seed: int,
+        schema: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Sampled ids under a grammar made from ``schema`` by the binding (GBNF); ends at the
+        end-of-sequence id (the grammar's end) or after ``n_gen`` ids."""
+        import json
+
+        grammar = self._lib.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+        self.reset()
+        self._llm.reset()
+        self._llm.set_seed(int(seed))
+        eos = int(self._llm.token_eos())
+        out: list[int] = []
+        stop = "length"
+        for tok in self._llm.generate(
+            list(prompt),
+            top_k=int(params.get("top_k", 0) or 0),
+            top_p=float(params.get("top_p", 1.0)),
+            min_p=float(params.get("min_p", 0.0)),
+            typical_p=1.0,
+            temp=float(params.get("temperature", 1.0)),
+            repeat_penalty=float(params.get("repeat_penalty", 1.0)),
+            reset=True,
+            grammar=grammar,
+        ):
+            if int(tok) == eos:
+                stop = "eos"
+                break
+            out.append(int(tok))
+            if len(out) >= n_gen:
+                break
+        return {"tokens": out, "text": self.text_of(out), "stop": stop}
+
     # -- capabilities: Streaming, Abortable, Serving ---------------------------------------------
     def stream_backend(self) -> LlamaCppBackend:
         """The ``stream``/``cancel`` backend: llama-cpp-python's ``create_completion`` stream."""

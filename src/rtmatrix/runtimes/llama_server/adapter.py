@@ -21,10 +21,12 @@ arguments), ``start_timeout_s`` (90), ``request_timeout_s`` (120).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -259,6 +261,68 @@ class LlamaServerAdapter(Adapter):
     def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
         """A client that drops its connection mid-prefill (see :func:`.stream.abort_prefill`)."""
         return abort_prefill(self.port, prompt, delay_s)
+
+    # -- Sampling --------------------------------------------------------------------------------
+    sampler_api: ClassVar[str] = (
+        "llama-server POST /completion {prompt: ids, samplers, temperature, top_k, top_p, min_p, "
+        "repeat_penalty, seed, ignore_eos, return_tokens}"
+    )
+    sampler_order: ClassVar[str] = "truncate-then-temperature"
+    sampler_order_source: ClassVar[str] = (
+        "the request's own 'samplers' list (rtmatrix.runtimes.llama_server.client.SAMPLERS: "
+        "penalties, top_k, top_p, min_p, temperature; llama.cpp's common/sampling.cpp then adds "
+        "the seeded dist)"
+    )
+
+    def sample_generate(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        return client.sample(self.port, prompt, n_gen, params, seed).tokens
+
+    def sample_beside_requests(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        """The same seeded request while other requests generate in the server's other slots
+        (other prompts, greedy, longer): does another slot's work change this one's draws?"""
+        import threading
+
+        others = [[int(t) + 1 + i for t in prompt] for i in range(max(1, self._slots() - 1))]
+        done = threading.Event()
+
+        def busy(ids: list[int]) -> None:
+            while not done.is_set():
+                with contextlib.suppress(client.ServerError, OSError, ValueError):
+                    client.complete(self.port, ids, 4 * n_gen, [])
+
+        threads = [threading.Thread(target=busy, args=(o,), daemon=True) for o in others]
+        for th in threads:
+            th.start()
+        try:
+            time.sleep(0.05)
+            return client.sample(self.port, prompt, n_gen, params, seed).tokens
+        finally:
+            done.set()
+            for th in threads:
+                th.join(30.0)
+
+    constraint_api: ClassVar[str] = "llama-server POST /completion {json_schema: schema, ...}"
+
+    def sample_constrained(
+        self,
+        prompt: Sequence[int],
+        n_gen: int,
+        params: dict[str, Any],
+        seed: int,
+        schema: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Sampled ids under the server's grammar from ``schema``; the end-of-sequence id ends
+        the answer (``ignore_eos`` off: it is how the grammar says it is complete)."""
+        c = client.sample(self.port, prompt, n_gen, params, seed, json_schema=schema,
+                          ignore_eos=False)  # fmt: skip
+        return {"tokens": c.tokens, "text": self.text_of(c.tokens), "stop": c.stop_type}
+
+    def _slots(self) -> int:
+        return int(self._cfg.parallel) if self._cfg is not None else 1
 
     def server_driver(self) -> LlamaServerDriver:
         return LlamaServerDriver(self)

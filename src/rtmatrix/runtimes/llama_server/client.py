@@ -247,6 +247,54 @@ def complete(
     return c
 
 
+#: the sampler order this row sends (llama-server's default chain minus the stages it turns off:
+#: dry, top_n_sigma, typ_p, xtc): truncations before the temperature
+SAMPLERS = ["penalties", "top_k", "top_p", "min_p", "temperature"]
+
+
+def sample_body(
+    prompt: Sequence[int], max_tokens: int, params: dict[str, Any], seed: int, **extra: Any
+) -> dict[str, Any]:
+    """A seeded, sampled native completion over token ids with the row's stage order
+    (``SAMPLERS``), end-of-sequence ignored so every answer has ``max_tokens`` ids."""
+    return {
+        "prompt": [int(t) for t in prompt],
+        "n_predict": int(max_tokens),
+        "samplers": list(SAMPLERS),
+        "temperature": float(params.get("temperature", 1.0)),
+        "top_k": int(params.get("top_k", 0) or 0),
+        "top_p": float(params.get("top_p", 1.0)),
+        "min_p": float(params.get("min_p", 0.0)),
+        "repeat_penalty": float(params.get("repeat_penalty", 1.0)),
+        "seed": int(seed),
+        "ignore_eos": True,
+        "return_tokens": True,
+        "cache_prompt": False,
+        "stream": False,
+        **extra,
+    }
+
+
+def sample(
+    port: int,
+    prompt: Sequence[int],
+    max_tokens: int,
+    params: dict[str, Any],
+    seed: int,
+    timeout: float = 120.0,
+    **extra: Any,
+) -> Completion:
+    """One sampled completion (:func:`sample_body`)."""
+    answer = post_json(port, "/completion", sample_body(prompt, max_tokens, params, seed, **extra),
+                       timeout)  # fmt: skip
+    if not isinstance(answer, dict):
+        msg = f"/completion: expected a JSON object, got {type(answer).__name__}"
+        raise ServerError(msg)
+    c = Completion()
+    absorb(c, answer)
+    return c
+
+
 # -- server-sent events ------------------------------------------------------------------------
 class EventStream:
     """A streamed ``/completion``: iterate for its JSON events; :meth:`close` drops the

@@ -218,6 +218,48 @@ class OrtGenaiAdapter(Adapter):
     def counters(self) -> dict[str, float]:
         return {}  # onnxruntime-genai keeps no per-call timing counters
 
+    # -- Sampling --------------------------------------------------------------------------------
+    sampler_api: ClassVar[str] = (
+        "onnxruntime_genai.GeneratorParams.set_search_options(do_sample=True, temperature, "
+        "top_k, top_p, repetition_penalty, random_seed) + Generator.generate_next_token()"
+    )
+    sampler_order: ClassVar[str] = "temperature-then-truncate"
+    sampler_order_source: ClassVar[str] = (
+        "onnxruntime-genai src/search.cpp GreedySearch_Cpu::SampleTopKTopP / SampleTopP: top-k, "
+        "logits / temperature, softmax, top-p, draw"
+    )
+
+    def sample_generate(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        """``n_gen`` ids from the engine's own sampler on a new generator (min_p: not an option
+        of this engine; asked for, it is refused)."""
+        og = self._og
+        if float(params.get("min_p", 0.0)) > 0:
+            msg = "onnxruntime-genai has no min_p search option"
+            raise RuntimeUnavailable(msg)
+        gp = og.GeneratorParams(self._model)
+        opts: dict[str, Any] = {
+            "max_length": min(self._n_ctx, len(prompt) + n_gen),
+            "do_sample": True,
+            "temperature": float(params.get("temperature", 1.0)),
+            "top_p": float(params.get("top_p", 1.0)),
+            "repetition_penalty": float(params.get("repeat_penalty", 1.0)),
+            "random_seed": int(seed),
+        }
+        k = int(params.get("top_k", 0) or 0)
+        opts["top_k"] = k if k > 0 else self._n_vocab
+        gp.set_search_options(**opts)
+        gen = og.Generator(self._model, gp)
+        gen.append_tokens(np.asarray(list(prompt), dtype=np.int32))
+        out: list[int] = []
+        while len(out) < n_gen and not gen.is_done():
+            gen.generate_next_token()
+            out.append(int(gen.get_next_tokens()[0]))
+        del gen
+        self.reset()
+        return out
+
     # -- Tokenizing ------------------------------------------------------------------------------
     def tokenize_text(self, text: str) -> list[int]:
         """genai's own tokenizer (``og.Tokenizer``, from the folder's ``tokenizer.json``, which

@@ -179,6 +179,36 @@ class OvGenaiAdapter(Adapter):
         }
         return [int(t) for t in res.tokens[0]]
 
+    # -- Sampling --------------------------------------------------------------------------------
+    sampler_api: ClassVar[str] = (
+        "openvino_genai.LLMPipeline.generate(ids, GenerationConfig(do_sample=True, temperature, "
+        "top_k, top_p, min_p, repetition_penalty, rng_seed))"
+    )
+    sampler_order: ClassVar[str] = "temperature-then-truncate"
+    sampler_order_source: ClassVar[str] = (
+        "openvino.genai src/cpp/src/sampling/logit_processor.hpp LogitProcessor: penalties, "
+        "top-k, temperature, min-p, top-p"
+    )
+
+    def sample_generate(
+        self, prompt: Sequence[int], n_gen: int, params: dict[str, Any], seed: int
+    ) -> list[int]:
+        """``n_gen`` ids from the engine's own sampler (``ignore_eos``: the count is fixed)."""
+        cfg = self._greedy_config(n_gen)
+        cfg.do_sample = True
+        cfg.temperature = float(params.get("temperature", 1.0))
+        cfg.top_p = float(params.get("top_p", 1.0))
+        k = int(params.get("top_k", 0) or 0)
+        if k > 0:
+            cfg.top_k = k
+        if float(params.get("min_p", 0.0)) > 0:
+            cfg.min_p = float(params["min_p"])
+        cfg.repetition_penalty = float(params.get("repeat_penalty", 1.0))
+        cfg.rng_seed = int(seed)
+        ids = self._ov.Tensor(np.asarray([list(prompt)], dtype=np.int64))
+        res = self._pipe.generate(ids, cfg)
+        return [int(t) for t in res.tokens[0]]
+
     # -- BatchEngine ---------------------------------------------------------------------------
     batch_api: ClassVar[str] = (
         "openvino_genai.ContinuousBatchingPipeline: add_request(ids, GenerationConfig) per "

@@ -1,0 +1,469 @@
+"""The ``sample`` scenario: the runtime's own sampler as a reproducible decision pipeline.
+
+With the fixture's sampling options (``temperature``, ``top_k``, ``top_p``, ``min_p``,
+``repeat_penalty``, ``seed``, ``draws``, ``sample_tokens``), through the ``Sampling``
+capability, the worker checks:
+
+1. **reproducibility** — the same seed and parameters give the same ids twice in this process,
+   in a second process (``python -m rtmatrix.scenarios.sample_child``, the model loaded again),
+   and with another thread count (a second process with 1 thread, or 2 when the cell has 1);
+   another seed gives another sequence. Each is its own check, with the first divergence
+   (position and both ids; the parent adds the reference's logits of both);
+2. **the first-token distribution** — ``draws`` one-token samples with seeds ``seed + 1000 + i``
+   (a fresh sequence each): their counts per id go to the parent, which rebuilds each documented
+   stage order from the numpy reference's logits (:mod:`rtmatrix.metrics.sampler`) and judges
+   support, goodness of fit and which order the runtime applied (:func:`with_reference`).
+
+A failed check makes the cell ``wrong-output``, so an upgrade that changes what the sampler does
+shows as a verdict change in ``diff``/``compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import ConstrainedSampling, Sampling, missing
+from rtmatrix.metrics.sampler import Params
+from rtmatrix.names import Scenario
+from rtmatrix.outcome import Metric, Source
+from rtmatrix.protocol import Job
+from rtmatrix.scenarios.invariance import first_divergence
+from rtmatrix.scenarios.trace import check, clock
+
+DEFAULTS: dict[str, Any] = {
+    "temperature": 2.0,
+    "top_k": 0,
+    "top_p": 0.5,
+    "min_p": 0.0,
+    "repeat_penalty": 1.0,
+    "seed": 1234,
+    "draws": 400,
+    "sample_tokens": 32,
+    "sample_alpha": 0.01,
+    "sample_processes": True,
+    "constrained_draws": 10,
+    "constrained_tokens": 64,
+    "unsatisfiable_tokens": 3,
+}
+#: the constraint: one JSON object naming one of the allowed commands
+COMMANDS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"command": {"enum": ["start", "stop", "status", "reset"]}},
+    "required": ["command"],
+    "additionalProperties": False,
+}
+CHILD_TIMEOUT_S = 300.0
+#: checks where another computation legitimately rounds differently (another batch composition
+#: in the server, another thread split): a divergence at a near-tie of the reference's logits
+#: (gap <= TIE_MARGIN) is numerics, recorded and accepted; a clear margin fails
+NUMERICS_TOLERANT = ("sample_same_seed_beside_requests", "sample_same_seed_other_threads")
+TIE_MARGIN = 0.05
+
+
+def options(job: Job) -> dict[str, Any]:
+    opts = {**DEFAULTS, **{k: v for k, v in job.options.items() if k in DEFAULTS}}
+    Params.from_options(opts).validate()
+    if int(opts["draws"]) < 1 or int(opts["sample_tokens"]) < 2:
+        msg = "options.draws must be >= 1 and options.sample_tokens >= 2"
+        raise ValueError(msg)
+    return opts
+
+
+def compare_runs(label: str, a: Sequence[int], b: Sequence[int], same: bool) -> dict[str, Any]:
+    """A check that ``a`` and ``b`` are equal (``same``) or differ; the first divergence."""
+    pos = first_divergence(a, b)
+    div = None
+    if pos is not None:
+        div = {
+            "position": pos,
+            "tokens": [a[pos] if pos < len(a) else None, b[pos] if pos < len(b) else None],
+        }
+    ok = (pos is None) if same else (pos is not None)
+    what = "the same ids" if same else "different ids"
+    detail = f"{len(a)} vs {len(b)} ids; expected {what}: " + (
+        "identical" if pos is None else f"first divergence at {pos}: {div['tokens'] if div else ''}"
+    )
+    return check(label, ok, detail) | {"divergence": div, "a": list(a), "b": list(b)}
+
+
+def in_child(
+    job: Job, prompt: list[int], n: int, params: dict[str, Any], seed: int, threads: int
+) -> dict[str, Any]:
+    """The same sampling in a fresh process that loads the model again."""
+    payload = {
+        "adapter": job.adapter,
+        "model_path": job.model_path,
+        "n_ctx": job.params.n_ctx,
+        "threads": threads,
+        "options": job.options,
+        "prompt": prompt,
+        "n": n,
+        "params": params,
+        "seed": seed,
+    }
+    cmd = [sys.executable, "-m", "rtmatrix.scenarios.sample_child"]
+    t0 = clock()
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"the child ran past {CHILD_TIMEOUT_S:g} s", "wall_s": clock() - t0}
+    lines = [ln for ln in proc.stdout.strip().splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip()[-400:]
+        return {"error": f"exit {proc.returncode}: {tail}", "wall_s": clock() - t0}
+    out: dict[str, Any] = json.loads(lines[-1])
+    return out | {"wall_s": clock() - t0, "threads": threads}
+
+
+def run(
+    adapter: Adapter,
+    job: Job,
+    prompt: list[int],
+    banned: list[int],
+    mark: Callable[[str, float], None],
+) -> dict[str, Any]:
+    if not isinstance(adapter, Sampling):
+        raise RuntimeUnavailable(missing(adapter, Sampling, f"scenario {Scenario.SAMPLE.value!r}"))
+    opts = options(job)
+    params = Params.from_options(opts).to_dict()
+    seed, n = int(opts["seed"]), int(opts["sample_tokens"])
+    res: dict[str, Any] = {
+        "scenario": Scenario.SAMPLE.value,
+        "api": adapter.sampler_api,
+        "order_documented": adapter.sampler_order,
+        "order_source": adapter.sampler_order_source,
+        "params": params,
+        "seed": seed,
+        "prompt": list(prompt),
+        "skipped": {},
+    }
+    checks: list[dict[str, Any]] = []
+    t0 = clock()
+    first = adapter.sample_generate(prompt, n, params, seed)
+    again = adapter.sample_generate(prompt, n, params, seed)
+    other = adapter.sample_generate(prompt, n, params, seed + 1)
+    res["sequence"] = first
+    res["sequence_wall_s"] = (clock() - t0) / 3
+    checks.append(compare_runs("sample_same_seed_twice", first, again, same=True))
+    checks.append(compare_runs("sample_other_seed_differs", first, other, same=False))
+    if opts["sample_processes"]:
+        p = job.params
+        for label, threads in (
+            ("sample_same_seed_other_process", p.threads),
+            ("sample_same_seed_other_threads", 1 if p.threads != 1 else 2),
+        ):
+            got = in_child(job, prompt, n, params, seed, threads)
+            if "error" in got:
+                checks.append(check(label, False, f"the child process failed: {got['error']}"))
+            else:
+                checks.append(
+                    compare_runs(label, first, got["tokens"], same=True) | {"threads": threads}
+                )
+    else:
+        res["skipped"]["processes"] = "options.sample_processes = false"
+    beside = getattr(adapter, "sample_beside_requests", None)
+    if callable(beside):  # a server: the same request while other slots generate
+        checks.append(
+            compare_runs(
+                "sample_same_seed_beside_requests",
+                first,
+                beside(prompt, n, params, seed),
+                same=True,
+            )
+        )
+    else:
+        res["skipped"]["beside_requests"] = "not a server: no concurrent requests to sample beside"
+    if isinstance(adapter, ConstrainedSampling):
+        res["constrained"] = constrained_phase(adapter, prompt, params, seed, opts)
+        checks += constrained_checks(res["constrained"])
+    else:
+        res["skipped"]["constrained"] = missing(adapter, ConstrainedSampling, "constrained output")
+    t1 = clock()
+    draws = [
+        adapter.sample_generate(prompt, 1, params, seed + 1000 + i)[0]
+        for i in range(int(opts["draws"]))
+    ]
+    res["draws_wall_s"] = clock() - t1
+    res["first_token_counts"] = {str(k): v for k, v in sorted(Counter(draws).items())}
+    res["alpha"] = float(opts["sample_alpha"])
+    res["checks"] = checks
+    return res
+
+
+def valid(text: str, schema: dict[str, Any]) -> tuple[bool, str]:
+    """Whether ``text`` parses as JSON and validates against ``schema``; why not."""
+    import jsonschema
+
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return False, f"not JSON: {exc}"
+    try:
+        jsonschema.validate(doc, schema)
+    except jsonschema.ValidationError as exc:
+        return False, f"invalid: {exc.message}"
+    return True, ""
+
+
+def constrained_phase(
+    adapter: ConstrainedSampling,
+    prompt: list[int],
+    params: dict[str, Any],
+    seed: int,
+    opts: dict[str, Any],
+) -> dict[str, Any]:
+    """``constrained_draws`` sampled answers under the schema (each parsed and validated), the
+    same count unconstrained for the cost, and one answer whose budget is too small to close
+    the object (what the runtime does then)."""
+    from rtmatrix.adapters.capabilities import Sampling
+
+    k, budget = int(opts["constrained_draws"]), int(opts["constrained_tokens"])
+    answers: list[dict[str, Any]] = []
+    t0 = clock()
+    for i in range(k):
+        got = adapter.sample_constrained(prompt, budget, params, seed + 2000 + i, COMMANDS_SCHEMA)
+        ok, why = valid(str(got.get("text", "")), COMMANDS_SCHEMA)
+        answers.append(
+            {
+                "text": got.get("text"),
+                "tokens": len(got.get("tokens") or []),
+                "stop": got.get("stop"),
+                "valid": ok,
+                "why": why,
+            }
+        )
+    t_con = clock() - t0
+    n_con = sum(int(a["tokens"]) for a in answers)
+    free_tokens, t_free = 0, 0.0
+    if isinstance(adapter, Sampling):
+        t1 = clock()
+        for i in range(k):
+            free_tokens += len(
+                adapter.sample_generate(prompt, max(1, n_con // max(1, k)), params, seed + 2000 + i)
+            )
+        t_free = clock() - t1
+    t2 = clock()
+    short = adapter.sample_constrained(
+        prompt, int(opts["unsatisfiable_tokens"]), params, seed + 3000, COMMANDS_SCHEMA
+    )
+    short_ok, short_why = valid(str(short.get("text", "")), COMMANDS_SCHEMA)
+    return {
+        "api": adapter.constraint_api,
+        "schema": COMMANDS_SCHEMA,
+        "budget_tokens": budget,
+        "answers": answers,
+        "valid": sum(1 for a in answers if a["valid"]),
+        "constrained_tps": n_con / t_con if t_con > 0 and n_con else None,
+        "unconstrained_tps": free_tokens / t_free if t_free > 0 and free_tokens else None,
+        "unsatisfiable": {
+            "budget_tokens": int(opts["unsatisfiable_tokens"]),
+            "text": short.get("text"),
+            "stop": short.get("stop"),
+            "valid": short_ok,
+            "why": short_why,
+            "wall_s": clock() - t2,
+        },
+    }
+
+
+def constrained_checks(con: dict[str, Any]) -> list[dict[str, Any]]:
+    answers = con["answers"]
+    bad = [f"{a['text']!r} ({a['why']}; stop {a['stop']})" for a in answers if not a["valid"]]
+    un = con["unsatisfiable"]
+    return [
+        check(
+            "sample_constrained_valid",
+            not bad and bool(answers),
+            f"{con['valid']}/{len(answers)} answers parse as JSON and validate against the "
+            "schema" + (f"; {'; '.join(bad[:3])}" if bad else ""),
+        ),
+        check(
+            "sample_constrained_budget_ends",
+            un["stop"] is not None,
+            f"with {un['budget_tokens']} tokens, too few to close the object, the runtime "
+            f"ended with {un['stop']!r} after {un['wall_s']:.3f} s: {un['text']!r} "
+            f"({'valid' if un['valid'] else 'not valid: ' + un['why']})",
+        ),
+    ]
+
+
+# -- metrics -----------------------------------------------------------------------------------
+def metrics(result: dict[str, Any]) -> dict[str, Metric]:
+    clk = Source.HARNESS_CLOCK
+    out: dict[str, Metric] = {}
+    checks = {c["name"]: c for c in result.get("checks") or []}
+    for name, c in checks.items():
+        if name.startswith("sample_"):
+            out[name] = Metric(
+                "pass" if c["ok"] else "fail",
+                "check",
+                clk,
+                detail={k: v for k, v in c.items() if k not in ("a", "b")},
+            )
+    order = result.get("order") or {}
+    out["sample_order_found"] = (
+        Metric(order.get("found"), "order", Source.MODELLED, detail=dict(order))
+        if order
+        else Metric.unavailable(
+            "order", str(result.get("order_unavailable") or "no reference for this model")
+        )
+    )
+    fits = order.get("fits") or {}
+    doc = fits.get(str(result.get("order_documented")))
+    out["sample_fit_p_value"] = (
+        Metric(doc["p_value"], "p", Source.MODELLED, detail=dict(doc) | {"alpha": order["alpha"]})
+        if doc
+        else Metric.unavailable("p", "no fit against the documented order")
+    )
+    con = result.get("constrained")
+    if con:
+        out["sample_constrained_valid"] = Metric(
+            f"{con['valid']}/{len(con['answers'])}",
+            "answers",
+            clk,
+            detail={
+                "api": con["api"],
+                "schema": con["schema"],
+                "answers": con["answers"][:10],
+                "unsatisfiable": con["unsatisfiable"],
+            },
+        )
+        tc, tf = con.get("constrained_tps"), con.get("unconstrained_tps")
+        out["sample_constrained_tg_ratio"] = (
+            Metric(
+                tc / tf,
+                "ratio",
+                clk,
+                detail={
+                    "constrained_tps": tc,
+                    "unconstrained_tps": tf,
+                    "method": "ids/s of the constrained answers ÷ ids/s of as many "
+                    "unconstrained ones of their mean length, same settings",
+                },
+            )
+            if tc and tf
+            else Metric.unavailable("ratio", "no timed answers on one side")
+        )
+    else:
+        why = str((result.get("skipped") or {}).get("constrained") or "not run")
+        out["sample_constrained_valid"] = Metric.unavailable("answers", why)
+    counts = result.get("first_token_counts") or {}
+    out["sample_draws"] = Metric(
+        sum(counts.values()),
+        "draws",
+        clk,
+        detail={
+            "distinct_ids": len(counts),
+            "wall_s": result.get("draws_wall_s"),
+            "first_token_counts": counts,
+            "prompt": result.get("prompt"),
+        },
+    )
+    return out
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The sampler panel's facts: parameters, documented and found order, each check's result
+    and first divergence (with the reference's logits there, where the parent added them)."""
+    return {
+        "api": result.get("api"),
+        "params": result.get("params"),
+        "seed": result.get("seed"),
+        "order_documented": result.get("order_documented"),
+        "order_source": result.get("order_source"),
+        "order": result.get("order"),
+        "order_unavailable": result.get("order_unavailable"),
+        "first_steps_reference_top5": result.get("first_steps_reference_top5"),
+        "checks": [
+            {k: v for k, v in c.items() if k not in ("a", "b")} for c in result.get("checks") or []
+        ],
+    }
+
+
+# -- against the numpy reference (in the parent) ---------------------------------------------
+def with_reference(
+    result: dict[str, Any],
+    logits_after: Callable[[Sequence[int]], Any],
+) -> list[dict[str, Any]]:
+    """The parent's half: ``logits_after(ids)`` is the reference's next-token logits after
+    ``ids``. Adds the reference's top-5 for the first sampled positions, the reference's logits
+    of both ids at each reproducibility divergence, and the order/distribution judgement; returns
+    the new checks (support and fit to the documented order)."""
+    import numpy as np
+
+    from rtmatrix.metrics.sampler import Params, judge_order
+
+    prompt = [int(t) for t in result.get("prompt") or []]
+    seq = [int(t) for t in result.get("sequence") or []]
+    tops = []
+    for i in range(min(3, len(seq))):
+        lg = np.asarray(logits_after(prompt + seq[:i]), dtype=np.float64)
+        top = np.argsort(-lg)[:5]
+        tops.append(
+            {
+                "position": i,
+                "sampled": seq[i],
+                "top5": [[int(t), round(float(lg[t]), 4)] for t in top],
+            }
+        )
+    result["first_steps_reference_top5"] = tops
+    for c in result.get("checks") or []:
+        div = c.get("divergence")
+        if div and div.get("tokens") and None not in div["tokens"]:
+            lg = np.asarray(logits_after(prompt + list(c["a"][: div["position"]])))
+            div["reference_logits"] = [round(float(lg[t]), 4) for t in div["tokens"]]
+            gap = abs(float(lg[div["tokens"][0]]) - float(lg[div["tokens"][1]]))
+            div["kind"] = "numerics" if gap <= TIE_MARGIN else "clear-margin"
+            if c["name"] in NUMERICS_TOLERANT and not c["ok"] and gap <= TIE_MARGIN:
+                c["ok"] = True
+                c["detail"] += (
+                    f"; at a near-tie of the reference (logit gap {gap:.4f} <= {TIE_MARGIN}): "
+                    "another computation's rounding moved the draw across the boundary of two "
+                    "near-equal ids (numerics), not a lost seed"
+                )
+    counts_raw = result.get("first_token_counts") or {}
+    logits = np.asarray(logits_after(prompt), dtype=np.float64)
+    counts = np.zeros(logits.shape[0], dtype=np.int64)
+    for k, v in counts_raw.items():
+        counts[int(k)] = int(v)
+    params = Params.from_options(result.get("params") or {})
+    documented = str(result.get("order_documented"))
+    alpha = float(result.get("alpha") or DEFAULTS["sample_alpha"])
+    order = judge_order(counts, logits, params, documented, alpha, prompt)
+    result["order"] = order
+    fits = order["fits"]
+    doc = fits.get(documented)
+    if doc is None:
+        return []
+    out = [
+        check(
+            "sample_support",
+            doc["outside"] == 0,
+            f"{order['draws'] - doc['outside']}/{order['draws']} first-token draws lie in the "
+            f"candidate set the documented order allows ({order['candidates_documented']} ids; "
+            f"{order['at_cut_boundary'].get(documented, 0)} draws on ids within "
+            f"{order['boundary_tol_logit']} logits of a cut, where rounding decides the side, "
+            "are judged apart)",
+        ),
+        check(
+            "sample_order",
+            order["found"] == documented and doc["p_value"] >= alpha,
+            f"documented {documented} (p = {doc['p_value']:.3g}); found {order['found']}; "
+            + "; ".join(f"{k}: p = {f['p_value']:.3g}" for k, f in fits.items())
+            + f"; power against the others at alpha {alpha}: {order['power_against']}",
+        ),
+    ]
+    return out
