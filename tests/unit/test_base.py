@@ -15,7 +15,7 @@ def test_builtin_names_resolve_to_module_class_strings() -> None:
 
 
 def test_unknown_name_suggests_and_lists() -> None:
-    with pytest.raises(AdapterError, match=r"did you mean 'llama_cpp'\? valid: llama_cpp"):
+    with pytest.raises(AdapterError, match=r"did you mean 'llama_cpp'\? valid: .*llama_cpp"):
         resolve_adapter("llamacpp")
 
 

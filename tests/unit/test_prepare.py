@@ -29,8 +29,8 @@ def test_missing_user_model_names_the_file(tmp_path: Path) -> None:
 
 
 def test_container_without_exporter_is_named() -> None:
-    with pytest.raises(FixtureError, match="no exporter for the 'tflite' format"):
-        prepare_fixture("tiny", "tiny", "f32", None, "tflite")
+    with pytest.raises(FixtureError, match="no exporter for the 'pte' format"):
+        prepare_fixture("tiny", "tiny", "f32", None, "pte")
 
 
 def test_reference_is_cached_and_stable() -> None:
