@@ -36,6 +36,8 @@ BUILTIN_ADAPTERS: dict[str, str] = {
     "openvino_genai": "rtmatrix.runtimes.openvino_genai.adapter:OvGenaiAdapter",
     "mnn": "rtmatrix.runtimes.mnn.adapter:MnnAdapter",
     "litert": "rtmatrix.runtimes.litert.adapter:LiteRtAdapter",
+    "mnn_llm": "rtmatrix.runtimes.mnn.llm:MnnLlmAdapter",
+    "litert_lm": "rtmatrix.runtimes.litert.lm:LiteRtLmAdapter",
 }
 
 
