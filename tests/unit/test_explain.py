@@ -94,9 +94,28 @@ def test_a_cell_that_failed_is_explained_from_its_records() -> None:
     assert why.ended["a"].startswith("ok") and why.ended["b"].startswith("error")
     titles = [t for t, _ in why.sections()]
     assert titles == [
-        "phases", "ended", "packages", "settings", "placement", "log lines on one side only",
+        "stack (format, runtime, backend, kernels)", "phases", "ended", "packages", "settings",
+        "placement", "log lines on one side only",
     ]  # fmt: skip
     logs = dict(why.sections())["log lines on one side only"]
     assert "B: unknown model architecture: 'x'" in logs
     assert phases_from_records(a, b)[0].a is not None
     assert dict(why.sections())["placement"][0].startswith("same on both sides")
+
+
+def test_a_kernel_choice_that_changed_is_the_first_explanation() -> None:
+    a, b = record(), record()
+    a["evidence"]["stack"] = {"kernels": {"matmul_kernels": {"CPU": {"MatMulNBits": 8}}},
+                              "format": {"container": "ONNX"}}  # fmt: skip
+    b["evidence"]["stack"] = {"kernels": {"matmul_kernels": {"CPU": {"DequantizeLinear": 8,
+                                                                     "MatMul": 8}}},
+                              "format": {"container": "ONNX"}}  # fmt: skip
+    why = explain(
+        KEY, [a], [b], pd.DataFrame(columns=["cell", "metric", "round", "a", "b"]), SIDES, 0.01
+    )
+    title, lines = why.sections()[0]
+    assert title.startswith("stack")
+    assert lines[0].startswith("kernels.matmul_kernels.CPU."), lines
+    assert all(line.startswith("kernels.") for line in lines), lines
+    assert not any(s.name.startswith("evidence.stack") for s in why.settings)
+    assert why.to_dict()["stack"][0]["name"].startswith("kernels.")

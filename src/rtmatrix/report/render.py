@@ -24,6 +24,7 @@ from rtmatrix.report import (
     plots,
     ranking,
     realmodel,
+    stack,
     upgrade,
     views,
 )
@@ -112,6 +113,7 @@ def render_html(
         "history": history.views(cols, paired),
         "summary": views.summary(runs, cols),
         "real_model": realmodel.rows(cols, notes),
+        "stack_rows": stack.rows(cols, notes),
         "real_sources": realmodel.sources(cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),

@@ -309,6 +309,8 @@ class CellDiff:
     reasons: list[str] = field(default_factory=list)
     metrics: list[MetricDiff] = field(default_factory=list)
     processes: tuple[int, int] = (1, 1)  # worker processes behind each side's samples
+    #: what differs in ``evidence.stack`` (kernels first, then backend, runtime, format)
+    stack: list[str] = field(default_factory=list)
 
     @property
     def replication(self) -> str | None:
@@ -328,6 +330,7 @@ class CellDiff:
             "runtime": self.runtime,
             "mark": str(self.mark),
             "reasons": self.reasons,
+            "stack": self.stack,
             "processes": dict(zip(SIDES, self.processes, strict=True)),
             "replication": self.replication,
             "base": self.base.to_dict(),
@@ -661,6 +664,23 @@ def compare_cells(
     alpha: float = DEFAULT_ALPHA,
     machine: Sequence[str] = (),
 ) -> CellDiff:
+    """The pair's mark, with what differs in their four layers (``evidence.stack``) kept beside
+    it: the first explanation a changed cell gets."""
+    from dataclasses import replace
+
+    from rtmatrix.results.explain import stack_differences
+
+    stack = [f"{s.name}: {s.a or '—'} -> {s.b or '—'}" for s in stack_differences(b, c)]
+    return replace(_compare_cells(b, c, checks, alpha, machine), stack=stack)
+
+
+def _compare_cells(
+    b: dict[str, Any],
+    c: dict[str, Any],
+    checks: dict[str, Check],
+    alpha: float = DEFAULT_ALPHA,
+    machine: Sequence[str] = (),
+) -> CellDiff:
     sb, sc = Side.of(b), Side.of(c)
     reasons = [f"machine differs: {m}" for m in machine] + _incomparable(b, c)
     if reasons:
@@ -827,6 +847,8 @@ def render_text(diff: RunDiff, verbose: bool = False) -> str:
             else f"{cell.base.verdict} -> {cell.candidate.verdict}"
         )
         lines.append(f"{cell.mark} {cell.key}  [{verdict}]")
+        if cell.mark is not Mark.SAME or verbose:  # the four layers' changes explain first
+            lines.extend(f"    stack {x}" for x in cell.stack[:8])
         lines.extend(f"    {r}" for r in cell.reasons)
         shown = [x for x in cell.metrics if verbose or _worth_showing(x)]
         lines.extend(f"    {metric_line(x)}" for x in shown)

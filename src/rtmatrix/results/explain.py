@@ -57,11 +57,13 @@ NOT_SETTINGS = frozenset(
         "memory_cgroup",
         "partitions",
         "paired_control",
+        "stack",
     }
 )
 LOG_KEYS = ("stderr_tail", "traceback_tail", "log_tail", "log_excerpt", "warnings")
 MAX_LOG_LINES = 12
 MAX_PACKAGES = 15
+MAX_STACK_LINES = 20
 MAX_VALUE_CHARS = 160
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _TMP = re.compile(r"(?:/tmp|/var/tmp|/var/folders|/private/var)/\S+")
@@ -164,6 +166,32 @@ def settings_differences(
         if sa.get(n) != sb.get(n)
     ]
     return changed, len(names)
+
+
+#: the layers of ``evidence.stack`` in the order their differences are listed: the kernel
+#: choice first (the explanation a user most needs), then backend, runtime, format
+STACK_ORDER = ("kernels", "backend", "runtime", "format")
+
+
+def stack_differences(
+    rec_a: Mapping[str, Any] | None, rec_b: Mapping[str, Any] | None
+) -> list[SettingChange]:
+    """What differs between the two sides' ``evidence.stack``, layer by layer (kernels first)."""
+    out: list[SettingChange] = []
+    sa = ((rec_a or {}).get("evidence") or {}).get("stack") or {}
+    sb = ((rec_b or {}).get("evidence") or {}).get("stack") or {}
+    for layer in STACK_ORDER:
+        fa, fb = flatten({layer: sa.get(layer) or {}}), flatten({layer: sb.get(layer) or {}})
+        for name in sorted(set(fa) | set(fb)):
+            if fa.get(name) != fb.get(name):
+                out.append(
+                    SettingChange(
+                        name,
+                        None if fa.get(name) is None else _short(fa[name]),
+                        None if fb.get(name) is None else _short(fb[name]),
+                    )
+                )
+    return out
 
 
 def placement_of(record: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -316,14 +344,17 @@ class Explanation:
     phases_from: str  # "paired rounds" or "records"
     ended: dict[str, str]
     logs: dict[str, list[str]] = field(default_factory=dict)
+    stack: list[SettingChange] = field(default_factory=list)
 
     @property
     def moved(self) -> list[str]:
         return [p.phase for p in self.phases if p.moved]
 
     def sections(self) -> list[tuple[str, list[str]]]:
-        """The explanation as titled lists of lines, for the Markdown summary and the report."""
-        out = [("phases", self._phase_lines())]
+        """The explanation as titled lists of lines, for the Markdown summary and the report:
+        the four layers' differences first (a kernel choice that changed explains most)."""
+        out = [("stack (format, runtime, backend, kernels)", self._stack_lines())]
+        out.append(("phases", self._phase_lines()))
         if any(not e.startswith("ok,") for e in self.ended.values()):
             out.append(("ended", [f"{s.upper()}: {e}" for s, e in self.ended.items()]))
         out += [
@@ -333,6 +364,11 @@ class Explanation:
             ("log lines on one side only", self._log_lines()),
         ]
         return out
+
+    def _stack_lines(self) -> list[str]:
+        if not self.stack:
+            return ["the same on both sides (or not recorded)"]
+        return [f"{s.name}: {s.a or '—'} → {s.b or '—'}" for s in self.stack[:MAX_STACK_LINES]]
 
     def _phase_lines(self) -> list[str]:
         if not self.phases:
@@ -375,6 +411,7 @@ class Explanation:
     def to_dict(self) -> dict[str, Any]:
         return {
             "key": self.key,
+            "stack": [c.to_dict() for c in self.stack],
             "packages": [p.to_dict() for p in self.packages],
             "settings": [s.to_dict() for s in self.settings],
             "settings_compared": self.settings_compared,
@@ -425,4 +462,5 @@ def explain(
             "a": one_side_lines(recs_a, recs_b)[:MAX_LOG_LINES],
             "b": one_side_lines(recs_b, recs_a)[:MAX_LOG_LINES],
         },
+        stack=stack_differences(first_a, first_b),
     )

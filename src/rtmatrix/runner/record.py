@@ -286,6 +286,22 @@ def _evidence(fin: Finished) -> dict[str, Any]:
     return ev | fin.evidence
 
 
+def stack_for(
+    record: dict[str, Any],
+    evidence: dict[str, Any],
+    outcome: CellOutcome,
+    distribution: str | None,
+) -> dict[str, Any] | None:
+    """``evidence.stack`` (format, runtime, backend, kernels) for a cell that ran; None for a
+    cell that never loaded a model (nothing ran on any layer)."""
+    from rtmatrix.metrics import stack
+
+    if outcome.status not in (Status.OK, Status.WRONG_OUTPUT, Status.FALLBACK):
+        return None
+    draft = record | {"evidence": evidence, "outcome": outcome.to_dict()}
+    return stack.build(draft, {"distribution": distribution})
+
+
 def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
     """The finished cell's record: outcome (refined by parity), verdict, metrics, evidence."""
     par = parity_for(fin)
@@ -303,13 +319,22 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         record["fixture"] = fin.fixture.to_dict() | {"scenario": fin.cell.fixture.scenario}
     busy = contention(fin)
     fin.metrics |= _contention_metrics(busy)
+    evidence = _evidence(fin)
+    layers = stack_for(record, evidence, outcome, distribution)
+    if layers is not None:
+        evidence["stack"] = layers
+        kernels = layers["kernels"]
+        if kernels.get("fallback") and outcome.status is Status.OK:
+            outcome = outcome.with_status(
+                Status.FALLBACK, f"kernel-level fallback: {kernels['fallback_reason']}"
+            )
     j = _judge(fin, outcome)
     out = record | {
         "outcome": outcome.to_dict(),
         "verdict": str(j.verdict),
         "metrics": metrics_for(fin, distribution),
         "parity": par,
-        "evidence": _evidence(fin),
+        "evidence": evidence,
         "wall_s": fin.launch.wall_s if fin.launch else 0.0,
         "contended": bool(busy and busy.contended),
     }

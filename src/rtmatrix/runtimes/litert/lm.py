@@ -31,7 +31,8 @@ class LiteRtLmAdapter(Adapter):
         try:
             import litert_lm  # type: ignore[import-not-found]
         except ImportError as exc:
-            raise RuntimeUnavailable(f"{WHY} ({exc})") from exc
+            msg = f"{WHY} ({exc})"
+            raise RuntimeUnavailable(msg) from exc
         return str(getattr(litert_lm, "__version__", "unknown"))
 
     def load(self, model_path: Path, params: LoadParams) -> None:

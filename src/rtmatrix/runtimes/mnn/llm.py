@@ -39,7 +39,7 @@ class MnnLlmAdapter(Adapter):
     def import_runtime(self) -> str:
         try:
             import MNN
-            import MNN.llm  # noqa: F401  - present in the wheel: the engine exists, the input not
+            import MNN.llm  # present in the wheel: the engine exists, its input does not
         except ImportError as exc:
             msg = f"mnn is not installed ({exc}); pip install 'rtmatrix[mnn]'"
             raise RuntimeUnavailable(msg) from exc

@@ -593,7 +593,32 @@ class OrtAdapter(Adapter):
             ev["load_error"] = self._load_error
         if model is not None:
             ev["model"] = model
+        if had_session:
+            ev["kernels"] = self._kernels()
         return ev, placement
+
+    def _kernels(self) -> dict[str, Any]:
+        """The optimized graph's nodes by execution provider and op type, from the session's own
+        assignment record (what ran, after ORT's fusions: e.g. ``MatMulNBits`` or a
+        ``DequantizeLinear`` kept in front of an f32 ``MatMul``)."""
+        if not self._api_requested or self._sess is None:
+            return {"unavailable": "this ORT records no EP graph assignment (or it was not asked)"}
+        try:
+            info = self._sess.get_provider_graph_assignment_info()
+        except Exception as exc:  # the record is diagnostics: its absence is said, not fatal
+            return {"unavailable": f"get_provider_graph_assignment_info failed: {exc}"}
+        ops: dict[str, dict[str, int]] = {}
+        for sub in info:
+            per = ops.setdefault(str(sub.ep_name), {})
+            for node in sub.get_nodes():
+                key = f"{node.domain}.{node.op_type}" if node.domain else str(node.op_type)
+                per[key] = per.get(key, 0) + 1
+        return {
+            "source": "InferenceSession.get_provider_graph_assignment_info(): the optimized "
+            "graph's nodes per execution provider",
+            "op_types": ops,
+            "graph_optimization_level": str(self._options.get("graph_optimization_level", "all")),
+        }
 
     def _settings_evidence(self) -> dict[str, Any]:
         """What the matrix asked for and what the session says it uses (its own

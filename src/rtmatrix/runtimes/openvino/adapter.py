@@ -100,18 +100,28 @@ def runtime_layers(compiled: Any) -> dict[str, Any]:
     which runtime precision (a FullyConnected at ``i8``/``i4`` keeps its weights compressed and
     dequantizes them in the kernel; at ``f32`` they were decompressed at load)."""
     counts: dict[str, dict[str, int]] = {}
+    prims: dict[str, dict[str, int]] = {}
+
+    def text(info: Any, key: str) -> str:
+        return str(info[key].astype(str)) if key in info else "?"
+
     try:
         for op in compiled.get_runtime_model().get_ops():
             info = op.get_rt_info()
-            kind = str(info["layerType"].astype(str)) if "layerType" in info else op.get_type_name()
-            prec = str(info["runtimePrecision"].astype(str)) if "runtimePrecision" in info else "?"
+            kind = text(info, "layerType") if "layerType" in info else op.get_type_name()
+            prec = text(info, "runtimePrecision")
             counts.setdefault(kind, {})
             counts[kind][prec] = counts[kind].get(prec, 0) + 1
+            prim = text(info, "primitiveType")
+            prims.setdefault(kind, {})
+            prims[kind][prim] = prims[kind].get(prim, 0) + 1
     except Exception as exc:  # a plugin without a runtime model: say so
         return {"unavailable": f"{type(exc).__name__}: {exc}"[:200]}
     return {
-        "source": "CompiledModel.get_runtime_model(): rt_info layerType / runtimePrecision",
+        "source": "CompiledModel.get_runtime_model(): rt_info layerType / runtimePrecision / "
+        "primitiveType",
         "layers": counts,
+        "primitives": prims,
     }
 
 

@@ -1,0 +1,95 @@
+"""The report's stack view: per runtime row, the four layers of its cells (``evidence.stack``:
+format, runtime, backend, kernels) in four rows, one entry per dtype, and which kernels computed
+the matmuls — with a kernel-level fallback marked as a placement fallback is. A run whose cells
+carry no stack has no such table."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rtmatrix.report.views import Column, Item, Notes, Part, Row, Value, as_dict, cell_label
+
+LAYERS = (
+    ("format", "the container and its version, the stored tensor types / op types"),
+    ("runtime", "the distribution and version that read it"),
+    ("backend", "where the work went (device, provider, delegate) and what it says of the ISA"),
+    ("kernels", "what computed the matmuls, per op or tensor type, as the runtime reports it"),
+)
+
+
+def _short(layer: str, data: dict[str, Any]) -> str:
+    if "unavailable" in data:
+        return f"unavailable: {data['unavailable']}"
+    if layer == "format":
+        bits = [str(data.get("container"))]
+        for k in ("version", "ir_version", "schema_version", "manifest_version"):
+            if data.get(k) is not None:
+                bits.append(f"{k.replace('_', ' ')} {data[k]}")
+        if data.get("opsets"):
+            bits.append("opsets " + ", ".join(f"{d} {v}" for d, v in data["opsets"].items()))
+        if data.get("tensor_types"):
+            bits.append(", ".join(f"{t}×{n}" for t, n in data["tensor_types"].items()))
+        return "; ".join(bits)
+    if layer == "runtime":
+        return f"{data.get('distribution') or data.get('row')} {data.get('version') or ''}".strip()
+    if layer == "backend":
+        for k in ("used", "device", "resolver", "mcpu", "asked", "said"):
+            if data.get(k):
+                return f"{k}: {data[k]}"[:160]
+        return "recorded (hover)"
+    for k in ("matmul_kernels", "matmul_primitives", "by_tensor_type", "on_delegate",
+              "schedule_rules"):  # fmt: skip
+        if data.get(k):
+            return json.dumps(data[k], separators=(", ", ": "))[:200]
+    return "recorded (hover)"
+
+
+def _item(cell: dict[str, Any], layer: str) -> Item | None:
+    st = as_dict(as_dict(cell.get("evidence")).get("stack"))
+    if not st:
+        return None
+    data = as_dict(st.get(layer))
+    text = _short(layer, data)
+    css = ""
+    if layer == "kernels" and data.get("fallback"):
+        text = f"kernel-level fallback: {data.get('fallback_reason')}"
+        css = "v-FAIL"
+    title = json.dumps(data, indent=1, default=str)[:2000]
+    value = Value(text, "", title, None, css)
+    return Item(cell_label(cell, []), (Part("", value),))
+
+
+def rows(cols: list[Column], notes: Notes) -> list[Row]:
+    """Four rows (one per layer), an entry per column listing its cells that carry a stack,
+    then the specialized kernels each row used for its matmuls."""
+    if not any(
+        as_dict(as_dict(c.get("evidence")).get("stack")) for col in cols for _, c in col.cells
+    ):
+        return []
+    out = []
+    for layer, help_ in LAYERS:
+        entries = [
+            [it for _, c in col.cells if (it := _item(c, layer)) is not None] for col in cols
+        ]
+        out.append(Row(layer, help_, entries))
+    out.append(Row("specialized kernels for", "the matmul kernels named across its cells",
+                   [_specialized(col) for col in cols]))  # fmt: skip
+    return out
+
+
+def _specialized(col: Column) -> list[Item]:
+    names: set[str] = set()
+    fallbacks = 0
+    for _, c in col.cells:
+        k = as_dict(as_dict(as_dict(c.get("evidence")).get("stack")).get("kernels"))
+        fallbacks += bool(k.get("fallback"))
+        for key in ("matmul_kernels", "matmul_primitives"):
+            for per in as_dict(k.get(key)).values():
+                names |= set(as_dict(per))
+        names |= {f"{t}: {v}" for t, v in as_dict(k.get("by_tensor_type")).items()}
+        names |= {f"{op} (delegate)" for op in as_dict(k.get("on_delegate"))}
+    text = "; ".join(sorted(names)) or "none named"
+    if fallbacks:
+        text += f" — {fallbacks} cell(s) with a kernel-level fallback"
+    return [Item("", (Part("", Value(text, "", "", None, "v-FAIL" if fallbacks else "")),))]
