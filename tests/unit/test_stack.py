@@ -51,8 +51,10 @@ def test_a_dequantize_left_in_the_graph_of_a_quantized_file_is_a_kernel_fallback
     assert "fallback" not in stack.build(record("f32", ORT_EV), {})["kernels"]
 
 
-@pytest.mark.parametrize(("layers", "fallback"), [({"FullyConnected": {"f32": 8}}, True),
-                                                  ({"FullyConnected": {"i4": 8}}, False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("layers", "fallback"),
+    [({"FullyConnected": {"f32": 8}}, True), ({"FullyConnected": {"i4": 8}}, False)],
+)
 def test_openvino_decompressed_weights_are_a_kernel_fallback(
     layers: dict[str, Any], fallback: bool
 ) -> None:
