@@ -152,6 +152,12 @@ def _fakert_cells(base: dict[str, Any]) -> list[dict[str, Any]]:
         },
         "stderr_tail": "",
     }
+    ok["evidence"]["stack"] = {
+        "format": {"container": "GGUF", "version": 3, "tensor_types": {"F32": 75}},
+        "runtime": {"row": "fakert", "distribution": "fakert", "version": "1.0.0"},
+        "backend": {"used": ["GPU"], "said": f"GPU0 {XSS}"},
+        "kernels": {"matmul_kernels": {"GPU": {"MatMul": 73}}, "source": "fake"},
+    }
     fb = _cell(base, "fakert", "q8_0", speed=0.5)
     fb["outcome"] |= {
         "status": "fallback",
@@ -164,7 +170,15 @@ def _fakert_cells(base: dict[str, Any]) -> list[dict[str, Any]]:
             "used": ["CPU"],
             "fallback": True,
             "detail": "op MatMulNBits has no GPU kernel",
-        }
+        },
+        "stack": ok["evidence"]["stack"]
+        | {
+            "kernels": {
+                "matmul_kernels": {"CPU": {"DequantizeLinear": 57, "MatMul": 73}},
+                "fallback": True,
+                "fallback_reason": "57 DequantizeLinear node(s)",
+            }
+        },
     }
     return [ok, fb]
 

@@ -105,6 +105,15 @@ def test_selection_matrix_has_a_column_per_runtime_and_every_row(page: Page) -> 
     assert "in 1 of 2 cells" in text
 
 
+def test_stack_view_shows_four_layers_and_the_kernel_fallback(page: Page) -> None:
+    rows = [th.text.split("\n")[0] for th in _css(page, "#stack-matrix tbody th")]
+    assert rows == ["format", "runtime", "backend", "kernels", "specialized kernels for"]
+    text = _css(page, "#stack-matrix")[0].text
+    assert "GGUF" in text and "kernel-level fallback: 57 DequantizeLinear" in text
+    assert _css(page, "#stack-matrix .v-FAIL"), "the fallback is marked"
+    assert "MatMul" in text
+
+
 def test_fixture_grid_cells_carry_verdicts(page: Page) -> None:
     cells = _css(page, "#fixture-grid td.cell")
     assert len(cells) == len(page.run["cells"])
