@@ -127,8 +127,12 @@ def _run(
 
     plan = plan_run(matrix, args.cluster, args.target)
     only = combine(only, plan.only if plan.targets else None)  # --runtime and --target
+    processes = int(getattr(args, "processes", 1) or 1)
     if plan.address is None:
-        return run_matrix(matrix, Path(args.results), only=only, resume=resume)
+        return run_matrix(matrix, Path(args.results), only=only, resume=resume, processes=processes)
+    if processes > 1:
+        msg = "--processes runs here; a fleet run gives each cell one process per host"
+        raise ValueError(msg)
     from rtmatrix.fleet.dispatch import run_on_cluster
 
     return run_on_cluster(matrix, Path(args.results), plan.address, only=only, resume=resume)
@@ -625,6 +629,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         metavar="RUN.json",
         help="finish an interrupted run: only the cells it lacks are run",
+    )
+    run.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the matrix N rounds, each cell in a new worker process per round, and pool "
+        "them (process medians: what `rtmatrix gate` needs, N >= 3, to judge performance)",
     )
     run.add_argument(
         "--cluster",

@@ -2,7 +2,8 @@
 
     python tests/golden/make_golden.py        # rewrites tests/golden/gate-*.json
 
-Every file has the same three cells — ``tiny/f32`` and ``tiny/q8_0`` (expect ok, PASS) and
+Every file has the same three cells (the ok ones pooled from ``N_PROCESSES`` worker
+processes) — ``tiny/f32`` and ``tiny/q8_0`` (expect ok, PASS) and
 ``tiny-truncated/f32`` (expect error: a clean ``error`` is PASS) — with 8 seeded samples (2 % noise)
 per repeated metric, so the tests see realistic noise rather than identical numbers:
 
@@ -32,6 +33,9 @@ from rtmatrix.results import save_run
 HERE = Path(__file__).resolve().parent
 N_SAMPLES = 8
 NOISE = 0.02
+#: the ok cells pool this many worker processes (``rtmatrix run --processes``), so the gate
+#: judges their performance on process medians
+N_PROCESSES = 4
 TRUNCATED_SHA = "7d1f0b5c4e2a9f8e6d3c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e"
 Q8_SHA = "a8b1c2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccddeeff"
 
@@ -47,7 +51,9 @@ def _resample(metric: dict[str, Any], rng: np.random.Generator, scale: float) ->
     samples = [float(v) for v in center * (1.0 + NOISE * rng.standard_normal(N_SAMPLES))]
     metric["samples"] = samples
     metric["stats"] = summarize(samples)
-    metric["value"] = statistics.median(samples)
+    per = [float(v) for v in center * (1.0 + NOISE * rng.standard_normal(N_PROCESSES))]
+    metric["process_values"] = per
+    metric["value"] = statistics.median(per)
 
 
 def _ok_cell(template: dict[str, Any], dtype: str, sha: str, speed: float) -> dict[str, Any]:
@@ -120,6 +126,7 @@ def _run(
     ]
     rng = np.random.default_rng(seed)
     for cell in ok:
+        cell["processes"] = N_PROCESSES
         for m in cell["metrics"].values():
             if "samples" in m:
                 _resample(m, rng, 1.0)

@@ -268,10 +268,12 @@ def test_json_shape(base_run: dict[str, Any]) -> None:
     cell = data["cells"][0]
     assert set(cell) == {
         "key", "runtime", "mark", "reasons", "processes", "replication", "base", "candidate",
-        "metrics",
+        "metrics", "stack",
     }  # fmt: skip
     tg = next(m for m in cell["metrics"] if m["name"] == "tg_tps")
-    assert tg["mark"] == "-" and tg["test"] == "mann-whitney" and tg["direction"] == "higher"
+    # 4 process medians a side: too few for Mann-Whitney at alpha 0.01, so the bootstrap CI
+    assert tg["mark"] == "-" and tg["test"] == "bootstrap" and tg["direction"] == "higher"
+    assert cell["processes"] == {"base": 4, "candidate": 4}
     assert {c["metric"] for c in data["checks"] if c["gate"]} == {
         "pp_tps", "tg_tps", "peak_rss_os_bytes", "package_size_bytes",
     }  # fmt: skip
@@ -280,7 +282,7 @@ def test_json_shape(base_run: dict[str, Any]) -> None:
 def test_text_output(base_run: dict[str, Any]) -> None:
     text = render_text(diff_runs(base_run, load_run(GOLDEN / "gate-regression.json")))
     assert "- llama_cpp|tiny/f32|t2-c256-p16-g24  [PASS]" in text
-    assert "    - tg_tps: 4,732 tok/s -> 3,730 tok/s -21.2%" in text
+    assert "    - tg_tps: 4,764 tok/s -> 3,856 tok/s -19.1%" in text
     assert "= llama_cpp|tiny-truncated/f32|t2-c256-p16-g24  [PASS]" in text
     assert "machine: same (AMD EPYC, 2 cores, x86_64)" in text
     assert "3 paired cells: 2 -, 1 =" in text
@@ -288,8 +290,18 @@ def test_text_output(base_run: dict[str, Any]) -> None:
     assert "pp_tps_counter" in render_text(diff_runs(base_run, base_run), verbose=True)
 
 
+def one_process(run: dict[str, Any]) -> dict[str, Any]:
+    """The run as ``rtmatrix run`` writes it without ``--processes``: one worker per cell."""
+    out = copy.deepcopy(run)
+    for c in out["cells"]:
+        c.pop("processes", None)
+        for m in c["metrics"].values():
+            m.pop("process_values", None)
+    return out
+
+
 def test_one_process_per_side_is_said_without_changing_marks(base_run: dict[str, Any]) -> None:
-    diff = diff_runs(base_run, load_run(GOLDEN / "gate-regression.json"))
+    diff = diff_runs(one_process(base_run), one_process(load_run(GOLDEN / "gate-regression.json")))
     assert [c.mark for c in diff.cells] == [Mark.WORSE, Mark.WORSE, Mark.SAME]
     first, _, error = diff.cells
     assert first.processes == (1, 1)

@@ -639,6 +639,20 @@ def _one_process(m: MetricDiff, processes: tuple[int, int]) -> MetricDiff:
     return replace(m, note=f"{m.note}; samples from {where}")
 
 
+#: worker processes a side needs before its figures are judged by process medians (the gate
+#: judges performance only then)
+MIN_PROCESSES = 3
+
+
+def _process_medians(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Each metric with its per-process values as its samples (pooled by ``run --processes``)."""
+    out = {}
+    for name, m in metrics.items():
+        pv = m.get("process_values") if isinstance(m, dict) else None
+        out[name] = (m | {"samples": list(pv)}) if isinstance(pv, list) and pv else m
+    return out
+
+
 def sample_processes(cell: dict[str, Any]) -> int:
     """How many worker processes a cell's samples pool: the cell's ``processes`` field, else 1
     (``rtmatrix run`` runs each cell's repetitions in one worker process)."""
@@ -698,12 +712,14 @@ def _compare_cells(
         why = f"outcome {sb.status} -> {sc.status}: performance and memory are judged on ok cells"
         return CellDiff(b["key"], b["runtime"], Mark.SAME, sb, sc, [why])
     mb, mc = b["metrics"], c["metrics"]
+    processes = (sample_processes(b), sample_processes(c))
+    if min(processes) >= MIN_PROCESSES:  # between-process evidence: judge the process medians
+        mb, mc = _process_medians(mb), _process_medians(mc)
     metrics = [
         compare_metric(n, mb.get(n), mc.get(n), checks.get(n), alpha)
         for n in _metric_order(set(mb) | set(mc))
     ]
     notes = [] if sb.status == sc.status else [f"outcome {sb.status} -> {sc.status}"]
-    processes = (sample_processes(b), sample_processes(c))
     if min(processes) <= 1:
         metrics = [_one_process(m, processes) for m in metrics]
     return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics, processes)

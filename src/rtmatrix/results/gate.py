@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from rtmatrix.results.diff import (
+    MIN_PROCESSES,
     CellDiff,
     Mark,
     MetricDiff,
@@ -74,6 +75,13 @@ def regression_message(m: MetricDiff) -> str:
     )
 
 
+def judges_performance(cell: CellDiff) -> bool:
+    """Performance is judged on a pair only where both sides pool ``MIN_PROCESSES`` worker
+    processes (``rtmatrix run --processes N``): repetitions inside one process per side do not
+    see the process-to-process spread, and two runs of the same code minutes apart differ by it."""
+    return min(cell.processes) >= MIN_PROCESSES
+
+
 def _cell_findings(cell: CellDiff) -> Iterator[Finding]:
     if cell.mark is Mark.NEW_FAILURE:
         yield Finding(Kind.NEW_FAILURE, cell.key, "; ".join(cell.reasons))
@@ -81,6 +89,8 @@ def _cell_findings(cell: CellDiff) -> Iterator[Finding]:
     for m in cell.metrics:
         if not m.gate:
             continue
+        if m.mark is Mark.WORSE and not judges_performance(cell):
+            continue  # said once in the notes: performance not judged
         if m.mark is Mark.WORSE:
             yield Finding(Kind.REGRESSION, cell.key, regression_message(m), m.name)
         elif m.missing_in == "candidate":
@@ -113,7 +123,22 @@ def _headline(code: int, found: list[Finding], diff: RunDiff) -> str:
 
 
 def _notes(diff: RunDiff) -> list[str]:
-    notes = [
+    unjudged = [
+        c
+        for c in diff.comparable
+        if c.base.status == c.candidate.status == "ok" and not judges_performance(c)
+    ]
+    notes = (
+        [
+            f"performance not judged in {len(unjudged)} cell(s): fewer than {MIN_PROCESSES} "
+            "worker processes per side (one process per side: its repetitions do not see the "
+            "process-to-process spread); outcomes and verdicts were judged; rerun both with "
+            f"`rtmatrix run --processes {MIN_PROCESSES}` to judge performance"
+        ]
+        if unjudged
+        else []
+    )
+    notes += [
         f"not comparable: {c.key}: {'; '.join(c.reasons)}" for c in diff.cells if c.mark == "x"
     ]
     notes += [f"within noise: {c.key}" for c in diff.cells if c.mark is Mark.NOISE]

@@ -27,6 +27,7 @@ from rtmatrix.results import load_run, save_run
 from rtmatrix.runner import process
 from rtmatrix.runner.classify import CellOutcome, classify, not_run
 from rtmatrix.runner.control import control_for, diagnose, log_at_crash, wants_control
+from rtmatrix.runner.pool import pool
 from rtmatrix.runner.record import (
     Finished,
     base_record,
@@ -387,9 +388,18 @@ def run_matrix(
     cwd: Path | None = None,
     only: Callable[[Cell], bool] | None = None,
     resume: Path | None = None,
+    processes: int = 1,
 ) -> Path:
     """Run every cell, saving the record after each one; returns the result file's path.
-    With ``resume``, continue that run: only the cells it does not hold yet are run."""
+    With ``resume``, continue that run: only the cells it does not hold yet are run. With
+    ``processes`` N > 1, the whole matrix runs N rounds (each cell in a worker process of its own
+    per round) and each cell's records are pooled (:mod:`rtmatrix.runner.pool`)."""
+    if processes < 1:
+        msg = f"processes must be >= 1, got {processes}"
+        raise ValueError(msg)
+    if processes > 1 and resume is not None:
+        msg = "--resume finishes a run of one process per cell; run --processes afresh"
+        raise ValueError(msg)
     describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
     cells, skipped = plan_cells(matrix, describe, only)
     record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
@@ -401,14 +411,24 @@ def run_matrix(
     save_run(record, path, skip_cells=len(record["cells"]))
     ctx = RunContext(matrix, record, describe, cwd)
     n0 = len(record["cells"])
+    per_key: dict[str, list[dict[str, Any]]] = {}
+    slot: dict[str, int] = {}
     try:
-        for i, cell in enumerate(todo, n0 + 1):
-            label = f"{cell.runtime} x {cell.fixture.label} {cell.key.rsplit('|', 1)[-1]}"
-            progress(f"[{i}/{len(cells)}] {label} ...")
-            rec = run_cell(ctx, cell)
-            record["cells"].append(rec)
-            save_run(record, path, skip_cells=len(record["cells"]) - 1)
-            progress(progress_line(i, len(cells), cell, rec))
+        for rnd in range(processes):
+            for i, cell in enumerate(todo, n0 + 1):
+                label = f"{cell.runtime} x {cell.fixture.label} {cell.key.rsplit('|', 1)[-1]}"
+                tag = f" (process {rnd + 1}/{processes})" if processes > 1 else ""
+                progress(f"[{i}/{len(cells)}] {label}{tag} ...")
+                rec = run_cell(ctx, cell)
+                per_key.setdefault(cell.key, []).append(rec)
+                shown = pool(per_key[cell.key]) if processes > 1 else rec
+                if cell.key in slot:
+                    record["cells"][slot[cell.key]] = shown
+                else:
+                    slot[cell.key] = len(record["cells"])
+                    record["cells"].append(shown)
+                save_run(record, path, skip_cells=slot[cell.key])
+                progress(progress_line(i, len(cells), cell, rec) + tag)
     except KeyboardInterrupt:
         _end(record, path, "interrupted")
         progress(
