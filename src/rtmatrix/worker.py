@@ -259,6 +259,26 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
     result.quality = info
 
 
+def launch_evidence() -> dict[str, Any]:
+    """How this worker process was placed: address-space randomization and CPU affinity (as
+    the parent's ``RTMATRIX_WORKER_NO_ASLR`` / ``RTMATRIX_WORKER_CPUS`` set them, else the
+    defaults)."""
+    import ctypes
+    import os
+
+    out: dict[str, Any] = {}
+    try:
+        persona = int(ctypes.CDLL(None).personality(0xFFFFFFFF))
+        out["aslr"] = "off (ADDR_NO_RANDOMIZE)" if persona & 0x0040000 else "on"
+    except (OSError, AttributeError) as exc:
+        out["aslr"] = f"unknown: {exc}"
+    try:
+        out["cpus"] = sorted(os.sched_getaffinity(0))
+    except (OSError, AttributeError) as exc:
+        out["cpus"] = f"unknown: {exc}"
+    return out
+
+
 def _error_kind(adapter: Any, result: WorkerResult) -> str:
     """Classify the failure with the runtime's own patterns first, then the generic ones."""
     from rtmatrix.errorkinds import classify_error
@@ -378,7 +398,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
                         "traceback_tail": traceback.format_exc()[-2000:],
                     }
         enter("evidence")
-        result.evidence = collect_evidence(adapter)
+        result.evidence = collect_evidence(adapter) | {"launch": launch_evidence()}
         enter("close")
         adapter.close()
         result.status = "ok"

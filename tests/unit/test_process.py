@@ -95,3 +95,13 @@ def test_ctrl_c_at_spawn_still_kills_the_worker(
         launch(["job.json"], tmp_path, 30, 0.01, python=_hanging_python(tmp_path))
     assert pids and _gone(pids[0])
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_worker_launch_settings_from_the_environment() -> None:
+    from rtmatrix.runner.process import CPUS_ENV, NO_ASLR_ENV, launch_settings
+
+    assert launch_settings({}) == (False, None)
+    assert launch_settings({NO_ASLR_ENV: "1", CPUS_ENV: "0,1"}) == (True, [0, 1])
+    assert launch_settings({NO_ASLR_ENV: "0", CPUS_ENV: " "}) == (False, None)
+    with pytest.raises(ValueError, match="expected CPU numbers"):
+        launch_settings({CPUS_ENV: "all"})

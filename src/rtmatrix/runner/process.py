@@ -114,6 +114,47 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+#: worker launch settings for measuring where process-to-process spread comes from (issue 31):
+#: ``RTMATRIX_WORKER_NO_ASLR=1`` starts each worker with address-space randomization off
+#: (``personality(ADDR_NO_RANDOMIZE)`` before exec, as ``setarch -R``), ``RTMATRIX_WORKER_CPUS``
+#: ("0" or "0,1") pins it to those CPUs; the worker records both in ``evidence.launch``
+NO_ASLR_ENV = "RTMATRIX_WORKER_NO_ASLR"
+CPUS_ENV = "RTMATRIX_WORKER_CPUS"
+ADDR_NO_RANDOMIZE = 0x0040000
+
+
+def launch_settings(environ: dict[str, str] | None = None) -> tuple[bool, list[int] | None]:
+    """(address-space randomization off, CPUs to pin to) from the parent's environment."""
+    env = os.environ if environ is None else environ
+    no_aslr = env.get(NO_ASLR_ENV, "") not in ("", "0")
+    raw = env.get(CPUS_ENV, "").strip()
+    try:
+        cpus = [int(c) for c in raw.split(",") if c.strip()] or None
+    except ValueError as exc:
+        msg = f"{CPUS_ENV}={raw!r}: expected CPU numbers like 0 or 0,1"
+        raise ValueError(msg) from exc
+    return no_aslr, cpus
+
+
+def _preexec() -> Any:
+    """The child's setup between fork and exec for :func:`launch_settings`, or None."""
+    no_aslr, cpus = launch_settings()
+    if not no_aslr and not cpus:
+        return None
+
+    def setup() -> None:
+        if no_aslr:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            current = libc.personality(0xFFFFFFFF)
+            libc.personality(current | ADDR_NO_RANDOMIZE)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
 def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
@@ -130,6 +171,7 @@ def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
             cwd=spec.cwd,
             env=worker_env() | env,
             start_new_session=True,
+            preexec_fn=_preexec(),  # personality() and sched_setaffinity() only
         )
 
 
