@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -116,7 +117,8 @@ def test_json_has_tidy_rounds_decisions_and_no_nan() -> None:
     assert len(frame) == len(c.rounds) and set(ROUND_TABLE_COLUMNS) <= set(frame.columns)
     assert doc["decisions"]["format"] == "rtmatrix-paired"
     assert {p["kind"] for p in doc["package_differences"]} == {"changed", "only in A", "only in B"}
-    assert doc["explanations"][KEY]["sections"][0][0] == "phases"
+    assert doc["explanations"][KEY]["sections"][0][0].startswith("stack")
+    assert doc["explanations"][KEY]["sections"][1][0] == "phases"
 
 
 def test_records_out_of_round_order_are_grouped() -> None:
@@ -126,3 +128,26 @@ def test_records_out_of_round_order_are_grouped() -> None:
         ch.ratio for ch in comparison(recs).paired.checks
     ]
     assert isinstance(recs[0], RoundRecord)
+
+
+def test_the_measured_noise_is_set_against_the_ledgers_typical(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rtmatrix.results.comparison import noise_notes, typical_noise
+
+    ledger = tmp_path / "ledger.csv"
+    ledger.write_text(
+        "condition,metric,sd_log\nA/A,tg_tps,0.08\nA/A,tg_tps,0.06\n5%,tg_tps,0.5\n"
+        "A/A,peak_rss_os_bytes,0.001\n",
+        "utf-8",
+    )
+    typical = typical_noise(ledger)
+    assert typical == {"tg_tps": (0.07, 2)}
+    checks = [SimpleNamespace(cell="c", metric="tg_tps", sd_log=0.14),
+              SimpleNamespace(cell="c", metric="pp_tps", sd_log=0.05),
+              SimpleNamespace(cell="c", metric="peak_rss_os_bytes", sd_log=0.01)]  # fmt: skip
+    notes = noise_notes(checks, typical)
+    assert len(notes) == 2
+    assert "14.0 %" in notes[0] and "7.0 % over 2 A/A" in notes[0] and "noisier" in notes[0]
+    assert "no A/A ledger" in notes[1]
+    assert typical_noise(tmp_path / "absent.csv") == {}

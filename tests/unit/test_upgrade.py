@@ -39,7 +39,8 @@ def test_view_puts_new_failures_then_regressions_first_each_explained() -> None:
     assert v.result == "new-failure" and v.code == 2 and v.title == "NEW FAILURE"
     assert [f.cls for f in v.flagged] == ["!", "-"]
     assert v.flagged[1].key == KEY and "tg_tps" in v.flagged[1].what[0]
-    assert v.flagged[1].sections[0][0] == "phases"
+    assert v.flagged[1].sections[0][0].startswith("stack")  # the four layers explain first
+    assert v.flagged[1].sections[1][0] == "phases"
     assert v.checks[0].verdict == "regression"
     with pytest.raises(ValueError, match="rtmatrix-compare"):
         comparison_view({"format": "rtmatrix-diff"})

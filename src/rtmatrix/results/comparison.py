@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -413,6 +414,50 @@ def _notes(cells: Sequence[CellResult], rounds: pd.DataFrame) -> list[str]:
     return notes
 
 
+#: the A/A ledger ``benchmarks/compare_quality.py`` appends to (a source checkout has it)
+LEDGER = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "compare_quality_ledger.csv"
+NOISE_METRICS = ("tg_tps", "pp_tps")
+
+
+def typical_noise(ledger: Path = LEDGER) -> dict[str, tuple[float, int]]:
+    """Per throughput metric: the median per-round sd of the paired log-ratio over the ledger's
+    A/A comparisons, and how many there were (empty without a ledger)."""
+    try:
+        table = pd.read_csv(ledger)
+    except (OSError, ValueError):
+        return {}
+    aa = table[(table["condition"] == "A/A") & table["metric"].isin(NOISE_METRICS)]
+    out: dict[str, tuple[float, int]] = {}
+    for metric, group in aa.groupby("metric"):
+        sd = pd.to_numeric(group["sd_log"], errors="coerce").dropna()
+        if len(sd):
+            out[str(metric)] = (float(sd.median()), len(sd))
+    return out
+
+
+def noise_notes(checks: Sequence[Any], typical: Mapping[str, tuple[float, int]]) -> list[str]:
+    """Per cell and throughput metric: the per-round spread this comparison measured against
+    the ledger's typical one, so a machine noisier than it should be shows."""
+    out = []
+    for c in checks:
+        if c.metric not in NOISE_METRICS or not c.sd_log:
+            continue
+        line = f"noise {c.cell} {c.metric}: per-round sd of the log-ratio {c.sd_log * 100:.1f} %"
+        if c.metric in typical:
+            med, n = typical[c.metric]
+            factor = c.sd_log / med if med else float("nan")
+            line += (
+                f" (ledger's typical on this kind of host: {med * 100:.1f} % over {n} A/A "
+                f"comparisons; {factor:.1f}x)"
+            )
+            if factor > 1.5:
+                line += ": this machine is noisier than usual; more rounds, or a quieter host"
+        else:
+            line += " (no A/A ledger to compare with)"
+        out.append(line)
+    return out
+
+
 def build(
     records: Sequence[RoundRecord],
     sides: dict[str, dict[str, Any]],
@@ -460,5 +505,5 @@ def build(
         paired=paired,
         explanations=explanations,
         outcome=outcome,
-        notes=_notes(cells, rounds) + paired.notes,
+        notes=_notes(cells, rounds) + paired.notes + noise_notes(paired.checks, typical_noise()),
     )
