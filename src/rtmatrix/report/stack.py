@@ -74,11 +74,11 @@ def rows(cols: list[Column], notes: Notes) -> list[Row]:
         ]
         out.append(Row(layer, help_, entries))
     out.append(Row("specialized kernels for", "the matmul kernels named across its cells",
-                   [_specialized(col) for col in cols]))  # fmt: skip
+                   [specialized(col) for col in cols]))  # fmt: skip
     return out
 
 
-def _specialized(col: Column) -> list[Item]:
+def specialized(col: Column) -> list[Item]:
     names: set[str] = set()
     fallbacks = 0
     for _, c in col.cells:
@@ -89,7 +89,9 @@ def _specialized(col: Column) -> list[Item]:
                 names |= set(as_dict(per))
         names |= {f"{t}: {v}" for t, v in as_dict(k.get("by_tensor_type")).items()}
         names |= {f"{op} (delegate)" for op in as_dict(k.get("on_delegate"))}
-    text = "; ".join(sorted(names)) or "none named"
+    if not any(as_dict(as_dict(c.get("evidence")).get("stack")) for _, c in col.cells):
+        return [Item("", (Part("", Value("not recorded: no cell carries evidence.stack", "")),))]
+    text = "; ".join(sorted(names)) or "none named (the runtime reports no kernel choice)"
     if fallbacks:
         text += f" — {fallbacks} cell(s) with a kernel-level fallback"
     return [Item("", (Part("", Value(text, "", "", None, "v-FAIL" if fallbacks else "")),))]

@@ -1034,6 +1034,12 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     ("max context", "largest n_ctx that passed", _max_context),
     ("quantization", "formats tried and their worst verdict", _quant),
     (
+        "specialized kernels",
+        "what computed the matmuls across the row's cells (evidence.stack; the stack view has "
+        "each cell); a kernel-level fallback is marked",
+        lambda col, n: _specialized_kernels(col),
+    ),
+    (
         "settings needed",
         "per dtype: ran with the row's settings, or needed a control setting on this host "
         "(a crash rerun with the row's crash_control: e.g. llama.cpp's extra_buffer_types=false)",
@@ -1098,6 +1104,12 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
         _lifecycle,
     ),
 )
+
+
+def _specialized_kernels(col: Column) -> list[Item]:
+    from rtmatrix.report.stack import specialized
+
+    return specialized(col)
 
 
 def selection(cols: list[Column], notes: Notes) -> list[Row]:
