@@ -126,5 +126,11 @@ def test_a_run_with_int8_onnx_tvm_and_llama_cpp_imports_no_runtime(
         ("openvino", "int8"),
     }
     for key, c in got.items():
-        assert c["status"] == "ok" and c["parity"] == "measured", (key, c)
+        # which kernels run a quantized file is the host's (an int8 FullyConnected where the
+        # CPU has the instructions, f32 with decompressed weights elsewhere): either is a cell
+        # that ran, the second one marked as a kernel-level fallback
+        ran = c["status"] == "ok" or (
+            c["status"] == "fallback" and str(c["message"]).startswith("kernel-level fallback")
+        )
+        assert ran and c["parity"] == "measured", (key, c)
     assert out["loaded"] == []
