@@ -636,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         metavar="N",
         help="run the matrix N rounds, each cell in a new worker process per round, and pool "
-        "them (process medians: what `rtmatrix gate` needs, N >= 3, to judge performance)",
+        "them (process medians: what `rtmatrix gate` needs, N >= 5, to judge performance)",
     )
     run.add_argument(
         "--cluster",

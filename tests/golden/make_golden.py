@@ -35,7 +35,7 @@ N_SAMPLES = 8
 NOISE = 0.02
 #: the ok cells pool this many worker processes (``rtmatrix run --processes``), so the gate
 #: judges their performance on process medians
-N_PROCESSES = 4
+N_PROCESSES = 6
 TRUNCATED_SHA = "7d1f0b5c4e2a9f8e6d3c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a1f0e"
 Q8_SHA = "a8b1c2d3e4f5061728394a5b6c7d8e9f00112233445566778899aabbccddeeff"
 

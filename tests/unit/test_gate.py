@@ -120,7 +120,7 @@ def test_one_process_per_side_is_not_judged_on_performance(base_run: dict[str, A
     assert result.code == EXIT_PASS
     assert any(c.mark.value == "-" for c in diff.cells)  # the diff still shows the move
     note = next(n for n in result.notes if n.startswith("performance not judged in 2 cell(s)"))
-    assert "--processes 3" in note
+    assert "--processes 5" in note
     assert f"note: {note}" in gate_text(result)
     assert f"- {note}" in markdown(diff, result)
     assert not result.findings

@@ -641,7 +641,7 @@ def _one_process(m: MetricDiff, processes: tuple[int, int]) -> MetricDiff:
 
 #: worker processes a side needs before its figures are judged by process medians (the gate
 #: judges performance only then)
-MIN_PROCESSES = 3
+MIN_PROCESSES = 5
 
 
 def _process_medians(metrics: dict[str, Any]) -> dict[str, Any]:
