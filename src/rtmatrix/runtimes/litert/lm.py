@@ -6,14 +6,10 @@ says so instead of leaving the engine out of the matrix silently."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
-from numpy.typing import NDArray
-
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import RuntimeUnavailable
+from rtmatrix.adapters.unavailable import UnavailableEngine
 
 WHY = (
     "litert-lm-api (the LiteRT-LM engine) has no wheel for Linux x86_64 / Python 3.11 on the "
@@ -21,11 +17,13 @@ WHY = (
 )
 
 
-class LiteRtLmAdapter(Adapter):
+class LiteRtLmAdapter(UnavailableEngine):
     name: ClassVar[str] = "litert_lm"
     distribution: ClassVar[str] = "litert-lm-api"
     extra: ClassVar[str] = "litert"
     container: ClassVar[str] = "tflite"
+    WHY: ClassVar[str] = WHY
+    ENGINE: ClassVar[str] = "LiteRT-LM"
 
     def import_runtime(self) -> str:
         try:
@@ -34,36 +32,3 @@ class LiteRtLmAdapter(Adapter):
             msg = f"{WHY} ({exc})"
             raise RuntimeUnavailable(msg) from exc
         return str(getattr(litert_lm, "__version__", "unknown"))
-
-    def load(self, model_path: Path, params: LoadParams) -> None:
-        msg = "the LiteRT-LM engine reads .litertlm bundles; rtmatrix writes none yet"
-        raise RuntimeUnavailable(msg)
-
-    @property
-    def vocab_size(self) -> int:
-        raise RuntimeUnavailable(WHY)
-
-    @property
-    def special_ids(self) -> dict[str, int]:
-        raise RuntimeUnavailable(WHY)
-
-    def reset(self) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def decode(self, token: int) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def last_logits(self) -> NDArray[np.float32]:
-        raise RuntimeUnavailable(WHY)
-
-    def counters(self) -> dict[str, float]:
-        return {}
-
-    def evidence(self) -> dict[str, Any]:
-        return {"engine": "LiteRT-LM", "unavailable": WHY}
-
-    def close(self) -> None:
-        return None

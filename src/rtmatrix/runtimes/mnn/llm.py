@@ -13,14 +13,10 @@ graph into that op by hand is MNN's exporter's job, not a harness's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
-from numpy.typing import NDArray
-
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import RuntimeUnavailable
+from rtmatrix.adapters.unavailable import UnavailableEngine
 
 WHY = (
     "MNN-LLM loads an llm.mnn whose KV cache lives in MNN's fused Attention op (inputs: "
@@ -30,11 +26,13 @@ WHY = (
 )
 
 
-class MnnLlmAdapter(Adapter):
+class MnnLlmAdapter(UnavailableEngine):
     name: ClassVar[str] = "mnn_llm"
     distribution: ClassVar[str] = "mnn"
     extra: ClassVar[str] = "mnn"
     container: ClassVar[str] = "onnx"
+    WHY: ClassVar[str] = WHY
+    ENGINE: ClassVar[str] = "MNN.llm"
 
     def import_runtime(self) -> str:
         try:
@@ -44,35 +42,3 @@ class MnnLlmAdapter(Adapter):
             msg = f"mnn is not installed ({exc}); pip install 'rtmatrix[mnn]'"
             raise RuntimeUnavailable(msg) from exc
         return str(MNN.version())
-
-    def load(self, model_path: Path, params: LoadParams) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    @property
-    def vocab_size(self) -> int:
-        raise RuntimeUnavailable(WHY)
-
-    @property
-    def special_ids(self) -> dict[str, int]:
-        raise RuntimeUnavailable(WHY)
-
-    def reset(self) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def decode(self, token: int) -> None:
-        raise RuntimeUnavailable(WHY)
-
-    def last_logits(self) -> NDArray[np.float32]:
-        raise RuntimeUnavailable(WHY)
-
-    def counters(self) -> dict[str, float]:
-        return {}
-
-    def evidence(self) -> dict[str, Any]:
-        return {"engine": "MNN.llm", "unavailable": WHY}
-
-    def close(self) -> None:
-        return None
