@@ -24,6 +24,7 @@ from rtmatrix import __version__
 if TYPE_CHECKING:
     from rtmatrix.matrix import Cell, Matrix
     from rtmatrix.results.diff import Check, RunDiff
+    from rtmatrix.results.records import RunRecord
 
 EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_GATE_BAD_INPUT = 4
@@ -88,7 +89,7 @@ def _comparison_doc(path: Path) -> dict[str, Any] | None:
 
 def _report_runs(
     paths: list[str], found: list[tuple[Path, dict[str, Any]]] | None = None
-) -> list[dict[str, Any]]:
+) -> list[RunRecord]:
     """Run records from files and folders: a folder gives every ``*.json`` in it that is a run
     record (others, such as a diff or a baseline kept beside them, are skipped, saying so).
     Paired comparisons (``comparison.json``) among them go to ``found`` when given."""
@@ -187,9 +188,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _checks(
-    args: argparse.Namespace, base: dict[str, Any], cand: dict[str, Any]
-) -> dict[str, Check]:
+def _checks(args: argparse.Namespace, base: RunRecord, cand: RunRecord) -> dict[str, Check]:
     """The default checks, then the candidate matrix's ``[gate] fail`` list, then ``--fail``."""
     from rtmatrix.results.diff import CheckError, parse_checks, run_metric_names
 
@@ -412,13 +411,14 @@ def _compare_option(spec: str, flag: str) -> tuple[str, Any]:
 
 
 def _compare_settings(args: argparse.Namespace) -> Any:
-    from rtmatrix.results.diff import KNOWN_METRICS, CheckError, direction_of
+    from rtmatrix.metrics import registry
+    from rtmatrix.results.diff import CheckError
     from rtmatrix.runner.compare import Settings
 
     metrics = tuple(dict.fromkeys(args.metric)) if args.metric else Settings().metrics
-    bad = [m for m in metrics if direction_of(m) is None]
+    bad = [m for m in metrics if registry.direction_of(m) is None]
     if bad:
-        msg = f"--metric {bad}: no known direction; valid: {', '.join(KNOWN_METRICS)}"
+        msg = f"--metric {bad}: no known direction; valid: {', '.join(registry.compared())}"
         raise CheckError(msg)
     if not 0.0 < args.alpha < 1.0:
         msg = f"--alpha {args.alpha}: expected a significance level between 0 and 1, e.g. 0.01"
@@ -612,7 +612,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"rtmatrix {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_run_cmd, _add_merge_cmd, _add_report_cmd, _add_validate_cmd, _add_diff_cmd,
+                _add_gate_cmd, _add_export_cmd, _add_fixtures_cmd, _add_compare_cmd):  # fmt: skip
+        add(sub)
+    return p
 
+
+def _add_run_cmd(sub: Any) -> None:
     run = sub.add_parser("run", help="run a matrix file; write results/<run>.json and a report")
     run.add_argument(
         "matrix",
@@ -651,11 +657,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=_cmd_run)
 
+
+def _add_merge_cmd(sub: Any) -> None:
     mrg = sub.add_parser("merge", help="merge runs made on different machines into one run file")
     mrg.add_argument("runs", nargs="+", metavar="[LABEL=]RUN.json", help="result JSON files")
     mrg.add_argument("-o", "--output", required=True, metavar="OUT.json", help="merged file")
     mrg.set_defaults(func=_cmd_merge)
 
+
+def _add_report_cmd(sub: Any) -> None:
     rep = sub.add_parser("report", help="render result files as HTML")
     rep.add_argument(
         "runs",
@@ -672,11 +682,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.set_defaults(func=_cmd_report)
 
+
+def _add_validate_cmd(sub: Any) -> None:
     val = sub.add_parser("validate", help="check result files against the JSON Schema")
     val.add_argument("runs", nargs="*", help="result JSON files")
     val.add_argument("--schema", action="store_true", help="print the schema file's path")
     val.set_defaults(func=_cmd_validate)
 
+
+def _add_diff_cmd(sub: Any) -> None:
     dif = sub.add_parser("diff", help="compare two runs cell by cell (asv-style marks)")
     _add_compare_args(dif)
     dif.add_argument("--json", action="store_true", help="JSON for tools instead of text")
@@ -684,6 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
     dif.add_argument("-v", "--verbose", action="store_true", help="list unchanged metrics too")
     dif.set_defaults(func=_cmd_diff)
 
+
+def _add_gate_cmd(sub: Any) -> None:
     gat = sub.add_parser(
         "gate",
         help="diff + thresholds -> exit 0 pass, 1 regression, 2 new failure, 3 nothing comparable",
@@ -699,6 +715,8 @@ def build_parser() -> argparse.ArgumentParser:
     gat.add_argument("-q", "--quiet", action="store_true", help="print the verdict only")
     gat.set_defaults(func=_cmd_gate)
 
+
+def _add_export_cmd(sub: Any) -> None:
     exp = sub.add_parser(
         "export",
         help="a run as a tidy table: one row per cell × metric × sample (CSV or JSON)",
@@ -710,6 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
     exp.set_defaults(func=_cmd_export)
 
+
+def _add_fixtures_cmd(sub: Any) -> None:
     fx = sub.add_parser("fixtures", help="list or build the canonical fixture models")
     fx.add_argument("action", choices=["list", "build"])
     fx.add_argument("--model", action="append", help="spec name (default: all)")
@@ -719,8 +739,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fx.add_argument("--variant", default=None, help="a fixture-family variant (see list)")
     fx.set_defaults(func=_cmd_fixtures)
-    _add_compare_cmd(sub)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 Every module spells a scenario or a core metric through these enums (``Scenario.STREAM``,
 ``M.PP_TPS``); both are ``StrEnum`` so they compare and serialize as the plain strings that the
 result files have always held. Scenario-specific metric families (``stream_*``, ``cancel_*``,
-``serve_c<N>_*``) are named by their scenario modules under the prefixes listed here.
+``serve_c<N>_*``) are named by their scenario modules under the prefixes of the scenario registry
+(``rtmatrix.scenarios.SPECS``).
 """
 
 from __future__ import annotations
@@ -87,10 +88,3 @@ THROUGHPUT = (M.PP_TPS, M.PP_TPS_COUNTER, M.TG_TPS, M.TG_TPS_COUNTER)
 LATENCY = (M.TTFT, M.TPOT, M.TOKEN_P50, M.TOKEN_P90)
 #: what the plain generation measures and a lifecycle-scenario cell does not
 GENERATE_ONLY = THROUGHPUT + LATENCY
-#: metric-name prefixes owned by each lifecycle scenario
-SCENARIO_PREFIX: dict[Scenario, str] = {
-    Scenario.STREAM: "stream_",
-    Scenario.CANCEL: "cancel_",
-    Scenario.SERVE: "serve_",
-    Scenario.SAMPLE: "sample_",
-}

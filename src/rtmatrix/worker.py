@@ -425,7 +425,11 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
 def describe(target: str) -> dict[str, Any]:
     """The adapter's declared metadata, without importing its runtime."""
     from rtmatrix.adapters.base import Adapter, load_adapter_class
-    from rtmatrix.adapters.capabilities import ReferenceBenchmark, ReferenceQuality
+    from rtmatrix.adapters.capabilities import (
+        ReferenceBenchmark,
+        ReferenceQuality,
+        reference_budget,
+    )
 
     cls = load_adapter_class(target)
     info = {k: getattr(cls, k, None) for k in ("name", "distribution", "extra", "container")}
@@ -433,6 +437,7 @@ def describe(target: str) -> dict[str, Any]:
         info["prepares"] = True
     if isinstance(cls, ReferenceBenchmark):
         info["reference_tool"] = True
+        info["reference_budget"] = reference_budget(cls).to_dict()
     if isinstance(cls, ReferenceQuality):
         info["reference_quality"] = True
     if cls.crash_control is not None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from rtmatrix.results.records import RunRecord
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "run-v1.json"
 XSS = "<script>alert(1)</script>"
@@ -21,6 +24,11 @@ UNAVAILABLE_POWER = "no energy source is wired in yet"
 def golden() -> dict[str, Any]:
     run: dict[str, Any] = json.loads(GOLDEN.read_text("utf-8"))
     return run
+
+
+def as_run(run: Mapping[str, Any]) -> RunRecord:
+    """A run made up here (the golden run with made-up cells) as the report reads it."""
+    return cast(RunRecord, run)
 
 
 def _scale(metric: dict[str, Any], factor: float) -> dict[str, Any]:
@@ -204,7 +212,11 @@ def _onnx_cells(base: dict[str, Any]) -> list[dict[str, Any]]:
     return [cell]
 
 
-def sample_run() -> dict[str, Any]:
+def sample_run() -> RunRecord:
+    return as_run(_sample_run())
+
+
+def _sample_run() -> dict[str, Any]:
     run = golden()
     base = run["cells"][0]
     run["run_id"] = "20261201T000000Z-sample"
@@ -228,9 +240,9 @@ def sample_run() -> dict[str, Any]:
     return run
 
 
-def upgraded_run() -> dict[str, Any]:
+def upgraded_run() -> RunRecord:
     """The sample matrix on llama_cpp 0.3.40: slower TG on q8_0, a new failure on q4_0."""
-    run = sample_run()
+    run = _sample_run()
     run["run_id"] = "20261202T000000Z-upgrade"
     run["created_utc"] = "2026-12-02T00:00:00+00:00"
     run["runtimes"]["llama_cpp"]["version"] = "0.3.40"
@@ -239,7 +251,7 @@ def upgraded_run() -> dict[str, Any]:
             cell["metrics"]["tg_tps"] = _scale(cell["metrics"]["tg_tps"], 0.7)
         if cell["key"].startswith("llama_cpp|tiny/q4_0"):
             _failed(cell, "wrong-output", "parity broken: 0/24 tokens agree", "FAIL")
-    return run
+    return as_run(run)
 
 
 # --- lifecycle scenario cells ---------------------------------------------------------------
@@ -420,7 +432,7 @@ def serve_result() -> dict[str, Any]:
     }
 
 
-def lifecycle_run() -> dict[str, Any]:
+def lifecycle_run() -> RunRecord:
     """llama_cpp stream, cancel (the close mode leaks past its tolerance: FAIL) and serve cells,
     one plain cell, and a serve cell on fakert that was unavailable before measuring."""
     run = golden()
@@ -455,7 +467,7 @@ def lifecycle_run() -> dict[str, Any]:
         gone,
     ]
     run["matrix"]["n_cells"] = len(run["cells"])
-    return run
+    return as_run(run)
 
 
 # --- partition cells ------------------------------------------------------------------------
@@ -563,7 +575,7 @@ def _ort_cell(
     return cell
 
 
-def partition_run() -> dict[str, Any]:
+def partition_run() -> RunRecord:
     """ort_ov (OpenVINO EP first) against ort_cpu (CPU EP only) on the clean and the
     every-layer fixture (the delegate is slower there), plus a placement-only delegate cell
     without evidence.partitions and without a control."""
@@ -591,7 +603,7 @@ def partition_run() -> dict[str, Any]:
         _ort_cell(base, "ort_cpu", every, 1.0, [CPU]),
     ]
     run["matrix"]["n_cells"] = len(run["cells"])
-    return run
+    return as_run(run)
 
 
 # --- history: several runs of one matrix with five runtime rows ----------------------------
@@ -736,7 +748,7 @@ def _newest(cells: list[dict[str, Any]]) -> None:
             cell["verdict_reason"] = f"1 process(es) outlived the cell: {LEAKED_PID}"
 
 
-def history_run(run: int) -> dict[str, Any]:
+def history_run(run: int) -> RunRecord:
     """Run ``run`` (0, 1, 2) of one matrix on five runtime rows; llama.cpp 0.3.40 in run 2."""
     rec = golden()
     base = rec["cells"][0]
@@ -757,8 +769,8 @@ def history_run(run: int) -> dict[str, Any]:
     if run == 2:
         _newest(rec["cells"])
     rec["matrix"]["n_cells"] = len(rec["cells"])
-    return rec
+    return as_run(rec)
 
 
-def history_runs() -> list[dict[str, Any]]:
+def history_runs() -> list[RunRecord]:
     return [history_run(i) for i in range(3)]

@@ -11,6 +11,7 @@ import pytest
 
 from rtmatrix.report import render_report
 from rtmatrix.results import validate_run
+from rtmatrix.results.records import RunRecord
 from tests.browser.runs import LEAKED_PID, history_run, history_runs, sample_run
 from tests.browser.test_report_browser import Page, _take_alerts
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.browser
 WIDTH = 1400
 
 
-def _open(browser: WebDriver, runs: list[dict[str, Any]], folder: Path) -> Page:
+def _open(browser: WebDriver, runs: list[RunRecord], folder: Path) -> Page:
     for run in runs:
         validate_run(run)
     index = render_report(runs, folder)

@@ -11,6 +11,7 @@ import pytest
 from rtmatrix.report import render_report
 from rtmatrix.report.views import ROWS
 from rtmatrix.results import validate_run
+from rtmatrix.results.records import RunRecord
 from tests.browser.runs import XSS, sample_run, upgraded_run
 
 if TYPE_CHECKING:
@@ -22,8 +23,8 @@ pytestmark = pytest.mark.browser
 @dataclass
 class Page:
     driver: WebDriver
-    run: dict[str, Any]
-    baseline: dict[str, Any]
+    run: RunRecord
+    baseline: RunRecord
     console: list[dict[str, Any]]
     screenshot: Path
     alerts: list[str]  # the texts of alerts the page opened

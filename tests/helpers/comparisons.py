@@ -15,20 +15,22 @@ from typing import Any
 import numpy as np
 
 from rtmatrix.results.comparison import Comparison, RoundRecord, build
+from rtmatrix.results.records import CellRecord, MetricRecord
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "run-v1.json"
 KEY = "llama_cpp|tiny/f32|t2-c256-p16-g24"
 
 
-def golden_cell() -> dict[str, Any]:
-    cell: dict[str, Any] = json.loads(GOLDEN.read_text("utf-8"))["cells"][0]
+def golden_cell() -> CellRecord:
+    cell: CellRecord = json.loads(GOLDEN.read_text("utf-8"))["cells"][0]
     cell["contended"] = False
     return cell
 
 
-def _scale(metric: dict[str, Any], factor: float) -> None:
-    if isinstance(metric.get("value"), int | float):
-        metric["value"] = metric["value"] * factor
+def _scale(metric: MetricRecord, factor: float) -> None:
+    value = metric.get("value")
+    if isinstance(value, int | float):
+        metric["value"] = value * factor
         if metric.get("samples"):
             metric["samples"] = [s * factor for s in metric["samples"]]
 
@@ -45,7 +47,7 @@ def record(
     contended: bool = False,
     stderr: str = "",
     evidence: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> CellRecord:
     """The golden cell under ``key``; TG, PP, load time and peak RSS scaled by the factors."""
     cell = golden_cell()
     cell["key"], cell["runtime"] = key, key.split("|", 1)[0]
@@ -59,7 +61,7 @@ def record(
     _scale(m["ttft_s"], 1 / pp)
     _scale(m["cold_start_load_s"], load)
     _scale(m["peak_rss_os_bytes"], rss)
-    cell["outcome"] = dict(cell["outcome"], status=status)
+    cell["outcome"] = cell["outcome"] | {"status": status}
     cell["verdict"] = verdict
     cell["contended"] = contended
     if contended:

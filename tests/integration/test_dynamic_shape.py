@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -53,10 +53,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     m = parse_matrix(text, tmp / "m.toml")
     repo = Path(__file__).resolve().parents[2]
-    rec: dict[str, Any] = load_run(
-        run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo)
-    )
-    return rec
+    rec = load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(dict[str, Any], rec)
 
 
 def cell(run: dict[str, Any], runtime: str, prompt: int) -> dict[str, Any]:

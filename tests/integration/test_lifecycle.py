@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,7 +28,9 @@ MIB = 2**20
 
 def _run(tmp: Path, body: str) -> dict[str, Any]:
     m = parse_matrix(HEAD + body, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
+    )
 
 
 @pytest.fixture(scope="module")

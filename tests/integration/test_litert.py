@@ -6,7 +6,7 @@ fixture's kind."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -46,7 +46,9 @@ def lite_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("litert")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
 def cell(run: dict[str, Any], runtime: str, fixture: str = "tiny", dtype: str = "f32") -> Any:

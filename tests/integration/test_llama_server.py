@@ -11,7 +11,7 @@ message). The workers find them through ``RTMATRIX_TOOLS_DIR``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -65,7 +65,10 @@ def run(tools: rt.ToolBuild, tmp_path_factory: pytest.TempPathFactory) -> dict[s
     try:
         tmp = tmp_path_factory.mktemp("llama-server")
         m = parse_matrix(MATRIX, tmp / "m.toml")
-        out = load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
+        out = cast(
+            dict[str, Any],
+            load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO)),
+        )
     finally:
         mp.undo()
     out["_servers_left"] = [

@@ -5,7 +5,7 @@ quantization judged as a quantized dtype, and each failing fixture's kind."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -43,7 +43,9 @@ def mnn_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("mnn")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
 def cell(run: dict[str, Any], runtime: str, fixture: str = "tiny") -> dict[str, Any]:

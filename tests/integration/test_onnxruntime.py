@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -32,7 +32,10 @@ def _run(tmp_path: Path, body: str) -> dict[str, Any]:
         "[params]\nn_ctx = 128\nprompt_tokens = 16\ngen_tokens = 24\n" + body
     )
     m = parse_matrix(text, tmp_path / "m.toml")
-    return load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any],
+        load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo)),
+    )
 
 
 @pytest.fixture(scope="module")

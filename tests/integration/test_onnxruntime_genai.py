@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -36,7 +36,9 @@ def genai_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         f"[[fixtures]]\nname = 'lone'\npath = '{lone / 'model.onnx'}'\n"
     )
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
 def cell(run: dict[str, Any], runtime: str, label: str) -> dict[str, Any]:

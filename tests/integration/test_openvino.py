@@ -7,7 +7,7 @@ where ``OpenVINOExecutionProvider`` is not available (e.g. beside the plain onnx
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -41,7 +41,10 @@ def _run(tmp_path: Path, body: str) -> dict[str, Any]:
         f"[params]\nthreads = 2\nn_ctx = 64\nprompt_tokens = {PROMPT}\ngen_tokens = {GEN}\n" + body
     )
     m = parse_matrix(text, tmp_path / "m.toml")
-    return load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any],
+        load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo)),
+    )
 
 
 @pytest.fixture(scope="module")

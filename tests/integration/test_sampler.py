@@ -5,7 +5,7 @@ follow their documented stage order; adapters with a deliberately wrong sampler 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -40,7 +40,9 @@ def sample_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("sample")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
 def cell(run: dict[str, Any], runtime: str) -> dict[str, Any]:

@@ -5,13 +5,14 @@ setting (ONNX Runtime's graph optimization level) named first when the two cells
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.results.diff import compare_cells, default_checks
+from rtmatrix.results.records import CellRecord
 from rtmatrix.runner import run_matrix
 
 pytestmark = pytest.mark.integration
@@ -31,13 +32,16 @@ def stack_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     tmp = tmp_path_factory.mktemp("stack")
     m = parse_matrix(text, tmp / "m.toml")
-    return load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any], load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=repo))
+    )
 
 
-def cell(run: dict[str, Any], runtime: str, dtype: str) -> dict[str, Any]:
-    return next(
+def cell(run: dict[str, Any], runtime: str, dtype: str) -> CellRecord:
+    found: CellRecord = next(
         c for c in run["cells"] if c["runtime"] == runtime and c["fixture"]["dtype"] == dtype
     )
+    return found
 
 
 def test_every_cell_that_ran_has_four_layers(stack_run: dict[str, Any]) -> None:

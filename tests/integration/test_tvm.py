@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -31,7 +31,10 @@ def _run(tmp_path: Path, body: str, n_ctx: int = 128) -> dict[str, Any]:
         f"[params]\nthreads = 1\nn_ctx = {n_ctx}\nprompt_tokens = 16\ngen_tokens = 24\n" + body
     )
     m = parse_matrix(text, tmp_path / "m.toml")
-    return load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo))
+    return cast(
+        dict[str, Any],
+        load_run(run_matrix(m, tmp_path / "results", progress=lambda _: None, cwd=repo)),
+    )
 
 
 @pytest.fixture(scope="module")

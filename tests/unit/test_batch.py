@@ -8,8 +8,9 @@ from typing import Any, ClassVar
 
 import pytest
 
+from rtmatrix.adapters.base import RuntimeUnavailable
 from rtmatrix.protocol import Job, JobParams
-from rtmatrix.scenarios import batch, invariance, scenario_metrics, serve
+from rtmatrix.scenarios import batch, invariance, require_capability, run_scenario, scenario_metrics
 
 
 class FakeEngine:
@@ -57,7 +58,7 @@ def job(**options: Any) -> Job:
 
 def run(engine: FakeEngine, **options: Any) -> dict[str, Any]:
     adapter: Any = engine
-    return serve.run(adapter, job(**options), [1, 5, 6, 7], [2], lambda _n, _t: None)
+    return run_scenario("serve", adapter, job(**options), [1, 5, 6, 7], [2], lambda _n, _t: None)
 
 
 def checks(res: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -122,11 +123,22 @@ def test_levels_default_to_one_to_eight() -> None:
     assert batch.levels_of(j) == [1, 2, 4, 8]
 
 
-def test_an_adapter_without_the_capability_is_unavailable() -> None:
-    from rtmatrix.adapters.base import RuntimeUnavailable
-
+def test_an_adapter_with_neither_capability_is_unavailable() -> None:
     class Plain:
         name = "plain"
 
-    with pytest.raises(RuntimeUnavailable, match="BatchEngine"):
-        batch.run(Plain(), job(), [1], [], lambda _n, _t: None)  # type: ignore[arg-type]
+    require_capability("serve", FakeEngine())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeUnavailable, match="Serving"):
+        require_capability("serve", Plain())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeUnavailable, match="Serving"):
+        run_scenario("serve", Plain(), job(), [1], [], lambda _n, _t: None)  # type: ignore[arg-type]
+
+
+def test_the_in_process_result_keeps_its_wire_keys_in_order() -> None:
+    assert list(run(FakeEngine())) == [
+        "scenario", "runtime", "api", "in_process", "prompt_tokens", "max_tokens",
+        "masked_token_ids", "skipped", "levels", "startup_s", "startup_method", "invariance",
+        "engine_state", "findings", "traces", "checks",
+    ]  # fmt: skip
+    failed = run(FakeEngine(fail=True), serve_invariance=False)
+    assert "startup_error" in failed and "invariance" not in failed

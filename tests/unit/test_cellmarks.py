@@ -3,14 +3,13 @@ processes, contention, reference ratios."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rtmatrix.report import cellmarks
 from rtmatrix.report.views import Notes
+from rtmatrix.results.records import CellRecord
 from tests.browser.runs import CONTENDED_CORES, LEAKED_PID, XSS, history_run
 
 
-def _cell(runtime: str, variant: str | None = None, dtype: str = "f32") -> dict[str, Any]:
+def _cell(runtime: str, variant: str | None = None, dtype: str = "f32") -> CellRecord:
     return next(
         c
         for c in history_run(2)["cells"]

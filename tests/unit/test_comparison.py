@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 
@@ -19,7 +20,13 @@ from rtmatrix.results.comparison import (
 )
 from rtmatrix.results.diff import Mark
 from rtmatrix.results.paired import PairedVerdict
+from rtmatrix.results.records import MetricRecord
 from tests.helpers.comparisons import KEY, comparison, record, rounds_of
+
+
+def partial(**fields: Any) -> MetricRecord:
+    """A metric record with only the keys ``round_value`` reads."""
+    return cast(MetricRecord, fields)
 
 
 def verdicts(c: object) -> dict[str, str]:
@@ -27,9 +34,9 @@ def verdicts(c: object) -> dict[str, str]:
 
 
 def test_round_value_is_the_median_of_the_process_samples_or_its_single_value() -> None:
-    assert round_value({"value": 9.0, "samples": [1.0, 5.0, 3.0]}) == (3.0, 3)
-    assert round_value({"value": 7, "unit": "bytes"}) == (7.0, 1)
-    assert round_value({"value": None, "reason": "x"}) == (None, 0)
+    assert round_value(partial(value=9.0, samples=[1.0, 5.0, 3.0])) == (3.0, 3)
+    assert round_value(partial(value=7, unit="bytes")) == (7.0, 1)
+    assert round_value(partial(value=None, reason="x")) == (None, 0)
     assert round_value(None) == (None, 0)
 
 

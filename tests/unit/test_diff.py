@@ -3,7 +3,6 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,29 +23,37 @@ from rtmatrix.results.diff import (
     parse_checks,
     render_text,
 )
+from rtmatrix.results.records import CellRecord, MetricRecord, RunRecord
 from rtmatrix.results.stats import Method
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
 @pytest.fixture(scope="module")
-def base_run() -> dict[str, Any]:
+def base_run() -> RunRecord:
     return load_run(GOLDEN / "gate-base.json")
 
 
 @pytest.fixture
-def base(base_run: dict[str, Any]) -> dict[str, Any]:
+def base(base_run: RunRecord) -> RunRecord:
     return copy.deepcopy(base_run)
 
 
-def sampled(samples: list[float], unit: str = "tokens/s") -> dict[str, Any]:
+def sampled(samples: list[float], unit: str = "tokens/s") -> MetricRecord:
     stats = summarize(samples)
     return {"value": stats["median"], "unit": unit, "source": "harness-clock",
             "samples": samples, "stats": stats}  # fmt: skip
 
 
-def single(value: float, unit: str = "bytes") -> dict[str, Any]:
+def single(value: float, unit: str = "bytes") -> MetricRecord:
     return {"value": value, "unit": unit, "source": "os-accounting"}
+
+
+def number(metric: MetricRecord) -> float:
+    """A measured metric's value (a number in the golden files)."""
+    value = metric["value"]
+    assert isinstance(value, int | float)
+    return value
 
 
 TG = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
@@ -74,7 +81,7 @@ TG_WIDE = [70.0, 130.0, 95.0, 75.0, 105.0, 72.0]  # median 85: 15 % lower, but w
         ("custom_tps", single(10.0), single(5.0), Mark.WORSE),  # direction from the suffix
     ],
 )
-def test_metric_marks(name: str, b: dict[str, Any], c: dict[str, Any], mark: Mark) -> None:
+def test_metric_marks(name: str, b: MetricRecord, c: MetricRecord, mark: Mark) -> None:
     assert compare_metric(name, b, c, default_checks().get(name)).mark is mark
 
 
@@ -97,7 +104,12 @@ def test_threshold_is_strictly_exceeded() -> None:
 
 
 def test_missing_and_unavailable_metrics() -> None:
-    gone = {"value": None, "unit": "s", "source": "unavailable", "reason": "no counter"}
+    gone: MetricRecord = {
+        "value": None,
+        "unit": "s",
+        "source": "unavailable",
+        "reason": "no counter",
+    }
     m = compare_metric("ttft_s", sampled(TG, "s"), gone)
     assert m.mark is Mark.NOT_COMPARABLE and m.missing_in == "candidate"
     assert "no counter" in m.note
@@ -106,7 +118,7 @@ def test_missing_and_unavailable_metrics() -> None:
 
 
 def test_text_metric_change_is_reported_not_judged() -> None:
-    b = {"value": "MIT", "unit": "text", "source": "package-metadata"}
+    b: MetricRecord = {"value": "MIT", "unit": "text", "source": "package-metadata"}
     m = compare_metric("license", b, b | {"value": "GPL-3.0"})
     assert m.mark is Mark.NOISE and "'MIT' -> 'GPL-3.0'" in m.note
 
@@ -129,12 +141,11 @@ def test_directions() -> None:
 # ----------------------------------------------------------------------------- cells
 
 
-def _cell(run: dict[str, Any], i: int) -> dict[str, Any]:
-    cell: dict[str, Any] = copy.deepcopy(run["cells"][i])
-    return cell
+def _cell(run: RunRecord, i: int) -> CellRecord:
+    return copy.deepcopy(run["cells"][i])
 
 
-def _with_outcome(cell: dict[str, Any], verdict: str, status: str) -> dict[str, Any]:
+def _with_outcome(cell: CellRecord, verdict: str, status: str) -> CellRecord:
     return cell | {"verdict": verdict, "outcome": cell["outcome"] | {"status": status}}
 
 
@@ -153,7 +164,7 @@ def _with_outcome(cell: dict[str, Any], verdict: str, status: str) -> dict[str, 
     ],
 )
 def test_outcome_changes(
-    base: dict[str, Any], before: tuple[str, str], after: tuple[str, str], mark: Mark
+    base: RunRecord, before: tuple[str, str], after: tuple[str, str], mark: Mark
 ) -> None:
     b = _with_outcome(_cell(base, 2), *before)
     c = _with_outcome(_cell(base, 2), *after)
@@ -163,7 +174,7 @@ def test_outcome_changes(
         assert f"{before[1]} -> {after[1]}" in diff.reasons[0]
 
 
-def test_not_comparable_reasons(base: dict[str, Any]) -> None:
+def test_not_comparable_reasons(base: RunRecord) -> None:
     b = _cell(base, 0)
     c = _cell(base, 0)
     c["fixture"]["sha256"] = "0" * 64
@@ -176,7 +187,7 @@ def test_not_comparable_reasons(base: dict[str, Any]) -> None:
     assert diff.metrics == []
 
 
-def test_unavailable_side_is_not_comparable(base: dict[str, Any]) -> None:
+def test_unavailable_side_is_not_comparable(base: RunRecord) -> None:
     c = _with_outcome(_cell(base, 0), "unavailable", "unavailable")
     c["outcome"]["message"] = "pip install 'rtmatrix[llama-cpp]'"
     diff = compare_cells(_cell(base, 0), c, default_checks())
@@ -184,9 +195,9 @@ def test_unavailable_side_is_not_comparable(base: dict[str, Any]) -> None:
     assert diff.reasons == ["unavailable in the candidate: pip install 'rtmatrix[llama-cpp]'"]
 
 
-def test_unchecked_metric_does_not_set_the_cell_mark(base: dict[str, Any]) -> None:
+def test_unchecked_metric_does_not_set_the_cell_mark(base: RunRecord) -> None:
     b, c = _cell(base, 0), _cell(base, 0)
-    c["metrics"]["cold_start_total_s"]["value"] *= 3
+    c["metrics"]["cold_start_total_s"]["value"] = number(c["metrics"]["cold_start_total_s"]) * 3
     diff = compare_cells(b, c, default_checks())
     assert diff.mark is Mark.SAME
     cold = next(m for m in diff.metrics if m.name == "cold_start_total_s")
@@ -195,7 +206,7 @@ def test_unchecked_metric_does_not_set_the_cell_mark(base: dict[str, Any]) -> No
     assert compare_cells(b, c, checks).mark is Mark.WORSE
 
 
-def test_worse_beats_better_in_the_cell_mark(base: dict[str, Any]) -> None:
+def test_worse_beats_better_in_the_cell_mark(base: RunRecord) -> None:
     b, c = _cell(base, 0), _cell(base, 0)
     b["metrics"]["tg_tps"] = sampled(TG)
     c["metrics"]["tg_tps"] = sampled(TG_SLOW)
@@ -207,25 +218,25 @@ def test_worse_beats_better_in_the_cell_mark(base: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- runs
 
 
-def test_aa_golden_is_all_unchanged(base_run: dict[str, Any]) -> None:
+def test_aa_golden_is_all_unchanged(base_run: RunRecord) -> None:
     diff = diff_runs(base_run, load_run(GOLDEN / "gate-aa.json"))
     assert [c.mark for c in diff.cells] == [Mark.SAME] * 3
     assert diff.counts()["="] == 3 and not diff.only_base and not diff.only_candidate
 
 
-def test_identical_runs_have_no_change(base_run: dict[str, Any]) -> None:
+def test_identical_runs_have_no_change(base_run: RunRecord) -> None:
     diff = diff_runs(base_run, base_run)
     assert all(m.change in (0.0, None) for c in diff.cells for m in c.metrics)
 
 
-def test_regression_golden(base_run: dict[str, Any]) -> None:
+def test_regression_golden(base_run: RunRecord) -> None:
     diff = diff_runs(base_run, load_run(GOLDEN / "gate-regression.json"))
     assert [c.mark for c in diff.cells] == [Mark.WORSE, Mark.WORSE, Mark.SAME]
     tg = next(m for m in diff.cells[0].metrics if m.name == "tg_tps")
     assert tg.mark is Mark.WORSE and tg.change is not None and -0.25 < tg.change < -0.15
 
 
-def test_machine_difference_marks_every_cell(base: dict[str, Any]) -> None:
+def test_machine_difference_marks_every_cell(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     cand["machine"]["cpu_model"] = "Intel Xeon"
     cand["machine"]["cores_logical"] = 8
@@ -238,7 +249,7 @@ def test_machine_difference_marks_every_cell(base: dict[str, Any]) -> None:
     assert not diff.comparable
 
 
-def test_cells_on_one_side(base: dict[str, Any]) -> None:
+def test_cells_on_one_side(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     dropped = cand["cells"].pop(1)
     extra = copy.deepcopy(cand["cells"][0])
@@ -250,7 +261,7 @@ def test_cells_on_one_side(base: dict[str, Any]) -> None:
     assert len(diff.cells) == 2
 
 
-def test_json_shape(base_run: dict[str, Any]) -> None:
+def test_json_shape(base_run: RunRecord) -> None:
     cand = load_run(GOLDEN / "gate-regression.json")
     cand["runtimes"]["llama_cpp"]["version"] = "0.3.37"
     data = json.loads(json.dumps(diff_runs(base_run, cand).to_dict(), allow_nan=False))
@@ -279,7 +290,7 @@ def test_json_shape(base_run: dict[str, Any]) -> None:
     }  # fmt: skip
 
 
-def test_text_output(base_run: dict[str, Any]) -> None:
+def test_text_output(base_run: RunRecord) -> None:
     text = render_text(diff_runs(base_run, load_run(GOLDEN / "gate-regression.json")))
     assert "- llama_cpp|tiny/f32|t2-c256-p16-g24  [PASS]" in text
     assert "    - tg_tps: 4,688 tok/s -> 3,846 tok/s -18.0%" in text
@@ -290,7 +301,7 @@ def test_text_output(base_run: dict[str, Any]) -> None:
     assert "pp_tps_counter" in render_text(diff_runs(base_run, base_run), verbose=True)
 
 
-def one_process(run: dict[str, Any]) -> dict[str, Any]:
+def one_process(run: RunRecord) -> RunRecord:
     """The run as ``rtmatrix run`` writes it without ``--processes``: one worker per cell."""
     out = copy.deepcopy(run)
     for c in out["cells"]:
@@ -300,7 +311,7 @@ def one_process(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def test_one_process_per_side_is_said_without_changing_marks(base_run: dict[str, Any]) -> None:
+def test_one_process_per_side_is_said_without_changing_marks(base_run: RunRecord) -> None:
     diff = diff_runs(one_process(base_run), one_process(load_run(GOLDEN / "gate-regression.json")))
     assert [c.mark for c in diff.cells] == [Mark.WORSE, Mark.WORSE, Mark.SAME]
     first, _, error = diff.cells
@@ -320,7 +331,7 @@ def test_one_process_per_side_is_said_without_changing_marks(base_run: dict[str,
     assert tg.note.endswith("; samples from one process per side")
 
 
-def test_pooled_processes_are_not_flagged(base: dict[str, Any]) -> None:
+def test_pooled_processes_are_not_flagged(base: RunRecord) -> None:
     cand = load_run(GOLDEN / "gate-regression.json")
     for cell in [*base["cells"], *cand["cells"]]:
         cell["processes"] = 8
@@ -332,7 +343,7 @@ def test_pooled_processes_are_not_flagged(base: dict[str, Any]) -> None:
     assert one.replication is not None and "one process in the candidate" in one.replication
 
 
-def test_too_few_samples_note(base: dict[str, Any]) -> None:
+def test_too_few_samples_note(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     base["cells"][0]["metrics"]["tg_tps"] = sampled(TG[:2])
     cand["cells"][0]["metrics"]["tg_tps"] = sampled(TG_SLOW[:2])
@@ -400,7 +411,7 @@ def test_metric_without_a_direction_is_reported_not_judged() -> None:
     assert m.note.startswith("changed, direction unknown")
 
 
-def test_a_contended_side_is_not_comparable(base: dict[str, Any]) -> None:
+def test_a_contended_side_is_not_comparable(base: RunRecord) -> None:
     b, c = _cell(base, 0), _cell(base, 0)
     c["metrics"]["tg_tps"] = sampled([v * 0.5 for v in c["metrics"]["tg_tps"]["samples"]])
     c["contended"] = True
@@ -414,17 +425,17 @@ def test_a_contended_side_is_not_comparable(base: dict[str, Any]) -> None:
     assert compare_cells(b, c, default_checks()).mark is Mark.WORSE
 
 
-def test_figures_of_cells_not_ok_on_both_sides_are_not_judged(base: dict[str, Any]) -> None:
+def test_figures_of_cells_not_ok_on_both_sides_are_not_judged(base: RunRecord) -> None:
     b = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
     c = _with_outcome(_cell(base, 0), "WARN", "oom-killed")
-    c["metrics"]["peak_rss_os_bytes"] = single(10 * b["metrics"]["peak_rss_os_bytes"]["value"])
+    c["metrics"]["peak_rss_os_bytes"] = single(10 * number(b["metrics"]["peak_rss_os_bytes"]))
     diff = compare_cells(b, c, default_checks())
     assert diff.mark is Mark.SAME and diff.metrics == []
     assert "judged on ok cells" in diff.reasons[0]
 
 
-def test_a_change_of_error_kind_is_a_transition(base: dict[str, Any]) -> None:
-    def failed(kind: str, verdict: str) -> dict[str, Any]:
+def test_a_change_of_error_kind_is_a_transition(base: RunRecord) -> None:
+    def failed(kind: str, verdict: str) -> CellRecord:
         cell = _with_outcome(_cell(base, 2), verdict, "error")
         cell["outcome"]["error_kind"] = kind
         return cell
@@ -437,7 +448,7 @@ def test_a_change_of_error_kind_is_a_transition(base: dict[str, Any]) -> None:
     assert accepted.mark is Mark.SAME and "both accepted" in accepted.reasons[0]
 
 
-def test_a_host_lost_side_is_not_comparable(base: dict[str, Any]) -> None:
+def test_a_host_lost_side_is_not_comparable(base: RunRecord) -> None:
     c = _with_outcome(_cell(base, 0), "FAIL", "host-lost")
     c["outcome"]["message"] = "host lost mid-cell: worker tls://10.0.0.5:4000 (rk3588)"
     diff = compare_cells(_cell(base, 0), c, default_checks())
@@ -445,7 +456,7 @@ def test_a_host_lost_side_is_not_comparable(base: dict[str, Any]) -> None:
     assert diff.reasons == ["host lost in the candidate: " + c["outcome"]["message"]]
 
 
-def test_fleet_cells_are_compared_on_their_own_hosts(base: dict[str, Any]) -> None:
+def test_fleet_cells_are_compared_on_their_own_hosts(base: RunRecord) -> None:
     """Cells that ran on fleet hosts carry host.machine: a pair is judged on those."""
     cand = copy.deepcopy(base)
     cand["machine"]["cpu_model"] = "the coordinator's CPU"  # not where the cells ran

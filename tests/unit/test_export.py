@@ -3,7 +3,6 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
@@ -11,12 +10,13 @@ import pytest
 from rtmatrix.cli import main
 from rtmatrix.results import load_run
 from rtmatrix.results.export import columns, render, tidy
+from rtmatrix.results.records import RunRecord
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 RUNS = ["run-v1.json", "gate-base.json"]  # a real run (2 repetitions); 8 samples + an error cell
 
 
-def expected_rows(run: dict[str, Any]) -> dict[tuple[str, str], int]:
+def expected_rows(run: RunRecord) -> dict[tuple[str, str], int]:
     """(cell key, metric) -> rows it must have: one per sample, else one."""
     return {
         (cell["key"], name): len(m["samples"]) if m.get("samples") else 1

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 import pytest
@@ -72,7 +72,7 @@ def run(
     path = dispatch.run_on_cluster(
         m, tmp_path / "results", cluster.address, progress=lines.append, cwd=repo, **kw
     )
-    return load_run(path)
+    return cast(dict[str, Any], load_run(path))
 
 
 def _cells(path: Path) -> dict[str, dict[str, Any]]:

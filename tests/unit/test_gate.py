@@ -4,7 +4,6 @@ import copy
 import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from rtmatrix.results.gate import (
     markdown,
 )
 from rtmatrix.results.gate import render_text as gate_text
+from rtmatrix.results.records import MetricRecord, RunRecord
 from tests.golden.make_golden import build
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -36,22 +36,22 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def base_run() -> dict[str, Any]:
+def base_run() -> RunRecord:
     return load_run(Path(BASE))
 
 
 @pytest.fixture
-def base(base_run: dict[str, Any]) -> dict[str, Any]:
+def base(base_run: RunRecord) -> RunRecord:
     return copy.deepcopy(base_run)
 
 
-def _sampled(samples: list[float]) -> dict[str, Any]:
+def _sampled(samples: list[float]) -> MetricRecord:
     stats = summarize(samples)
     return {"value": stats["median"], "unit": "tokens/s", "source": "harness-clock",
             "samples": samples, "stats": stats}  # fmt: skip
 
 
-def _save(tmp_path: Path, run: dict[str, Any], name: str = "cand.json") -> str:
+def _save(tmp_path: Path, run: RunRecord, name: str = "cand.json") -> str:
     save_run(run, tmp_path / name)
     return str(tmp_path / name)
 
@@ -64,7 +64,7 @@ def test_golden_files_are_what_make_golden_writes() -> None:
 
 @pytest.mark.parametrize(("name", "code", "headline"), CASES)
 def test_gate_exit_codes_on_golden_files(
-    base_run: dict[str, Any], name: str, code: int, headline: str
+    base_run: RunRecord, name: str, code: int, headline: str
 ) -> None:
     result = evaluate(diff_runs(base_run, load_run(GOLDEN / name)))
     assert result.code == code
@@ -89,7 +89,7 @@ def test_gate_command_writes_artifacts_then_exits(
     assert json.loads(js.read_text("utf-8"))["format"] == "rtmatrix-diff"
 
 
-def test_junit_failures_and_errors(base_run: dict[str, Any]) -> None:
+def test_junit_failures_and_errors(base_run: RunRecord) -> None:
     diff = diff_runs(base_run, load_run(GOLDEN / "gate-regression.json"))
     root = ET.fromstring(junit_xml(diff, evaluate(diff)))
     suite = root.find("testsuite")
@@ -102,7 +102,7 @@ def test_junit_failures_and_errors(base_run: dict[str, Any]) -> None:
     assert suite is not None and suite.get("errors") == "3"
 
 
-def test_markdown_escapes_pipes_in_keys(base_run: dict[str, Any]) -> None:
+def test_markdown_escapes_pipes_in_keys(base_run: RunRecord) -> None:
     diff = diff_runs(base_run, load_run(GOLDEN / "gate-crash.json"))
     text = markdown(diff, evaluate(diff))
     assert text.startswith("## ❌ rtmatrix gate: FAIL: 1 new failure(s)")
@@ -110,7 +110,7 @@ def test_markdown_escapes_pipes_in_keys(base_run: dict[str, Any]) -> None:
     assert "llama-cpp-python 0.3.36 → 0.3.36" in text
 
 
-def test_one_process_per_side_is_not_judged_on_performance(base_run: dict[str, Any]) -> None:
+def test_one_process_per_side_is_not_judged_on_performance(base_run: RunRecord) -> None:
     """Two runs of one process per cell: a 20 % slower candidate is a diff mark, not a gate
     regression; the gate judges outcomes and verdicts and says why not performance."""
     from tests.unit.test_diff import one_process
@@ -126,13 +126,13 @@ def test_one_process_per_side_is_not_judged_on_performance(base_run: dict[str, A
     assert not result.findings
 
 
-def test_pooled_processes_are_judged_on_their_medians(base_run: dict[str, Any]) -> None:
+def test_pooled_processes_are_judged_on_their_medians(base_run: RunRecord) -> None:
     result = evaluate(diff_runs(base_run, load_run(GOLDEN / "gate-regression.json")))
     assert result.code == EXIT_REGRESSION
     assert not any(n.startswith("performance not judged") for n in result.notes)
 
 
-def test_noise_alone_never_fails(base: dict[str, Any]) -> None:
+def test_noise_alone_never_fails(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     # 15 % lower median, but the samples overlap: within noise
     base["cells"][0]["metrics"]["tg_tps"] = _sampled([100, 101, 99, 100.5, 99.5, 100.2])
@@ -146,7 +146,7 @@ def test_noise_alone_never_fails(base: dict[str, Any]) -> None:
     assert any(n.startswith("within noise: llama_cpp|tiny/f32") for n in result.notes)
 
 
-def test_new_failure_wins_over_regression(base_run: dict[str, Any]) -> None:
+def test_new_failure_wins_over_regression(base_run: RunRecord) -> None:
     cand = load_run(GOLDEN / "gate-regression.json")
     crash = load_run(GOLDEN / "gate-crash.json")
     cand["cells"][2] = crash["cells"][2]
@@ -155,7 +155,7 @@ def test_new_failure_wins_over_regression(base_run: dict[str, Any]) -> None:
     assert [f.kind for f in result.findings] == [Kind.REGRESSION, Kind.REGRESSION, Kind.NEW_FAILURE]
 
 
-def test_thresholds_from_flags_change_the_verdict(base_run: dict[str, Any]) -> None:
+def test_thresholds_from_flags_change_the_verdict(base_run: RunRecord) -> None:
     cand = load_run(GOLDEN / "gate-regression.json")
     for specs, code in (
         (["tg_tps:off"], EXIT_PASS),
@@ -166,7 +166,7 @@ def test_thresholds_from_flags_change_the_verdict(base_run: dict[str, Any]) -> N
         assert evaluate(diff_runs(base_run, cand, parse_checks(specs))).code == code, specs
 
 
-def test_machine_difference_is_nothing_comparable(base: dict[str, Any]) -> None:
+def test_machine_difference_is_nothing_comparable(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     cand["machine"]["arch"] = "aarch64"
     result = evaluate(diff_runs(base, cand))
@@ -174,7 +174,7 @@ def test_machine_difference_is_nothing_comparable(base: dict[str, Any]) -> None:
     assert result.headline == "NOTHING COMPARABLE: arch: 'x86_64' -> 'aarch64'"
 
 
-def test_missing_data(base: dict[str, Any]) -> None:
+def test_missing_data(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     cand["cells"].pop(1)
     result = evaluate(diff_runs(base, cand))
@@ -190,7 +190,7 @@ def test_missing_data(base: dict[str, Any]) -> None:
     assert "unavailable in the candidate: no decode" in result.findings[0].message
 
 
-def test_extra_cells_in_the_candidate_pass(base: dict[str, Any]) -> None:
+def test_extra_cells_in_the_candidate_pass(base: RunRecord) -> None:
     cand = copy.deepcopy(base)
     extra = copy.deepcopy(cand["cells"][0])
     extra["key"] = extra["key"].replace("t2-", "t1-")
@@ -234,7 +234,7 @@ def test_diff_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_checks_from_the_candidate_matrix(
-    tmp_path: Path, base_run: dict[str, Any], capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, base_run: RunRecord, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cand = load_run(GOLDEN / "gate-regression.json")
     cand["matrix"]["gate"] = {"fail": ["tg_tps:30%"]}

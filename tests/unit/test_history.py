@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 import numpy as np
 import pytest
 
 from rtmatrix.report import history
 from rtmatrix.report.views import Column, columns, row_key
+from rtmatrix.results.records import CellRecord, MetricRecord, RunRecord
 from tests.browser.runs import (
     CONTENDED_CORES,
     FIVE_ROWS,
@@ -21,7 +21,7 @@ from tests.browser.runs import (
 )
 
 
-def _shown(runs: list[dict[str, Any]] | None = None) -> list[Column]:
+def _shown(runs: list[RunRecord] | None = None) -> list[Column]:
     shown = history.shown_columns(columns(history.by_time(runs or history_runs())))
     history.attach(shown)
     return shown
@@ -31,12 +31,18 @@ def _col(cols: list[Column], runtime: str) -> Column:
     return next(c for c in cols if c.runtime == runtime)
 
 
-def _cell(col: Column, dtype: str = "f32", variant: str | None = None) -> dict[str, Any]:
+def _cell(col: Column, dtype: str = "f32", variant: str | None = None) -> CellRecord:
     return next(
         c
         for _, c in col.cells
         if c["fixture"]["dtype"] == dtype and c["fixture"].get("variant") == variant
     )
+
+
+def _number(metric: MetricRecord) -> float:
+    value = metric["value"]
+    assert isinstance(value, int | float)
+    return value
 
 
 def test_runs_are_ordered_by_time() -> None:
@@ -117,7 +123,7 @@ def test_spreads_within_the_run_and_from_run_to_run() -> None:
     sp = llama.spreads[(row_key(cell), "pp_tps")]
     samples = cell["metrics"]["pp_tps"]["samples"]
     assert sp.within_cv == pytest.approx(statistics.stdev(samples) / statistics.mean(samples))
-    medians = [_cell(c)["metrics"]["pp_tps"]["value"] for c in llama.series]
+    medians = [_number(_cell(c)["metrics"]["pp_tps"]) for c in llama.series]
     assert sp.n_runs == 3 and sp.run_medians == pytest.approx(medians)
     assert sp.between_cv == pytest.approx(statistics.stdev(medians) / statistics.mean(medians))
     assert sp.swing == sp.between_cv

@@ -43,6 +43,23 @@ def test_prometheus_text_is_parsed_to_samples() -> None:
     assert len(got) == 5
 
 
+def test_a_scrape_is_handed_on_in_neutral_names() -> None:
+    """The driver translates llama-server's Prometheus names; the scenario never spells them."""
+    from rtmatrix.adapters.capabilities import SERVER_COUNTERS, SERVER_GAUGES, ServerCounters
+    from rtmatrix.runtimes.llama_server.driver import LlamaServerDriver
+
+    got = client.counter_reading(client.parse_prometheus(METRICS))
+    assert got.figures == {
+        "prompt_tokens": 451.0,
+        "tokens_predicted": 64.0,
+        "busy_slots_per_decode": pytest.approx(2.18868),
+    }
+    assert set(got.raw) == {"llamacpp:prompt_tokens_total", "llamacpp:tokens_predicted_total"}
+    assert set(client.PROMETHEUS_NAMES) == set(SERVER_COUNTERS) | set(SERVER_GAUGES)
+    assert isinstance(LlamaServerDriver(None), ServerCounters)  # type: ignore[arg-type]
+    assert LlamaServerDriver.counter_labels == {"decode_calls": "llama_decode calls"}
+
+
 def test_counter_deltas_take_only_counters_both_scrapes_have() -> None:
     before = {"a_total": 10.0, "g": 5.0, "b_total": 1.0}
     after = {"a_total": 25.0, "g": 9.0, "c_total": 4.0}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtmatrix.metrics import partitions as pt
 from rtmatrix.metrics.partitions import Graph, Node
+from rtmatrix.runtimes.onnxruntime import graph_partitions as gp
 from rtmatrix.runtimes.onnxruntime import profile
 from rtmatrix.runtimes.onnxruntime.placement import CPU
 from rtmatrix.runtimes.onnxruntime.profile import parse_profile
@@ -67,7 +67,7 @@ def _events() -> list[dict[str, Any]]:
 
 
 def test_partition_times_per_run() -> None:
-    parts = pt.build_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     ev = _events()
     runs = profile.profile_runs(ev)
     assert [len(r) for r in runs] == [4, 2]
@@ -81,7 +81,7 @@ def test_partition_times_per_run() -> None:
 
 
 def test_fused_node_args_read_what_ort_hands_the_subgraph() -> None:
-    parts = pt.build_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(chain(), [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     runs = profile.profile_runs(_events())
     profile.partition_times(runs[0], parts)  # names the subgraphs
     ev = dict(runs[0][0])

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from rtmatrix.metrics import partitions as pt
-from rtmatrix.metrics.partitions import CPU, Graph, Node
+from rtmatrix.metrics.partitions import Graph, Node
+from rtmatrix.runtimes.onnxruntime import graph_partitions as gp
+from rtmatrix.runtimes.onnxruntime.placement import CPU
 from rtmatrix.runtimes.onnxruntime_openvino.adapter import OV, ov_entry, precision_record
 
 D = "DelegateEP"
@@ -37,7 +39,7 @@ def f32(*dims: int) -> pt.Shape:
 
 def test_one_delegate_subgraph_is_one_partition_with_no_boundary() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(D, ["A", "B", "C"])])
+    parts = gp.ort_partitions(g, [(D, ["A", "B", "C"])])
     assert [(p.id, p.ep, p.nodes) for p in parts] == [("P0", D, ["A", "B", "C"])]
     cross = pt.crossings(g, parts)
     assert pt.boundary_tensors(cross) == []
@@ -46,7 +48,7 @@ def test_one_delegate_subgraph_is_one_partition_with_no_boundary() -> None:
 
 def test_an_unsupported_op_in_the_middle_makes_three_partitions() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     assert [(p.id, p.ep, p.nodes, p.ep_index) for p in parts] == [
         ("P0", D, ["A"], 0),
         ("P1", CPU, ["B"], None),
@@ -56,9 +58,26 @@ def test_an_unsupported_op_in_the_middle_makes_three_partitions() -> None:
     assert [(c.tensor, c.src, c.dst) for c in cross] == [("a", "P0", "P1"), ("b", "P1", "P2")]
 
 
+def test_only_the_named_providers_are_grouped_into_components() -> None:
+    g = chain()
+    record = [(D, ["A"]), ("Fallback", ["B"]), ("Fallback", ["C"])]
+    merged = pt.build_partitions(g, record, ["Fallback"])
+    assert [(p.ep, p.nodes, p.ep_index) for p in merged] == [
+        (D, ["A"], 0),
+        ("Fallback", ["B", "C"], None),
+    ]
+    one_by_one = pt.build_partitions(g, record, ())
+    assert [(p.ep, p.nodes, p.ep_index) for p in one_by_one] == [
+        (D, ["A"], 0),
+        ("Fallback", ["B"], 0),
+        ("Fallback", ["C"], 1),
+    ]
+    assert gp.ort_partitions(g, [(D, ["A"]), (CPU, ["B"]), (CPU, ["C"])])[1].nodes == ["B", "C"]
+
+
 def test_boundary_bytes_and_bytes_per_token_from_the_shapes() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     shapes = {
         "prefill": {"x": f32(1, 4, 8), "a": f32(1, 4, 16), "b": f32(1, 4, 16), "y": f32(1, 4, 8)},
         "decode": {"x": f32(1, 1, 8), "a": f32(1, 1, 16), "b": f32(1, 1, 16), "y": f32(1, 1, 8)},
@@ -101,7 +120,7 @@ def test_a_tensor_read_by_two_other_partitions_crosses_twice() -> None:
         initializers=frozenset({"W"}),
     )
     # B and E are not connected to each other: two CPU partitions
-    parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (D, ["F"]), (CPU, ["B", "E"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (D, ["C"]), (D, ["F"]), (CPU, ["B", "E"])])
     assert [(p.ep, p.nodes) for p in parts] == [
         (D, ["A"]),
         (CPU, ["B"]),
@@ -129,12 +148,12 @@ def test_connected_cpu_nodes_form_one_partition() -> None:
         outputs=("y",),
         initializers=frozenset({"W"}),
     )
-    parts = pt.build_partitions(g, [(D, ["A", "C"]), (CPU, ["B"]), (CPU, ["B2"])])
+    parts = gp.ort_partitions(g, [(D, ["A", "C"]), (CPU, ["B"]), (CPU, ["B2"])])
     assert [(p.ep, p.nodes) for p in parts] == [(D, ["A", "C"]), (CPU, ["B", "B2"])]
 
 
 def test_unassigned_nodes_are_grouped_and_visible() -> None:
-    parts = pt.build_partitions(chain(), [(D, ["A"])])
+    parts = gp.ort_partitions(chain(), [(D, ["A"])])
     assert [(p.ep, p.nodes) for p in parts] == [(D, ["A"]), (pt.UNASSIGNED, ["B", "C"])]
 
 
@@ -148,7 +167,7 @@ def test_initializers_and_omitted_inputs_are_not_traffic() -> None:
         outputs=("y",),
         initializers=frozenset({"W"}),
     )
-    parts = pt.build_partitions(g, [(D, ["A"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (CPU, ["B"])])
     assert [(c.tensor, c.src, c.dst) for c in pt.crossings(g, parts)] == [
         ("x", pt.GRAPH_INPUT, "P0"),
         ("a", "P0", "P1"),
@@ -158,7 +177,7 @@ def test_initializers_and_omitted_inputs_are_not_traffic() -> None:
 
 def test_unknown_shape_or_dtype_leaves_bytes_unknown_not_zero() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     s = pt.summarize(g, parts, D, {"prefill": {"a": f32(1, 2, 16)}}, {"prefill": 2})
     assert s["boundary_bytes"] == {"prefill": None}
     assert pt.tensor_bytes(("complex128", (2,))) is None
@@ -168,7 +187,7 @@ def test_unknown_shape_or_dtype_leaves_bytes_unknown_not_zero() -> None:
 
 def test_control_has_no_delegate_and_zero_coverage() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(CPU, ["A"]), (CPU, ["B"]), (CPU, ["C"])])
+    parts = gp.ort_partitions(g, [(CPU, ["A"]), (CPU, ["B"]), (CPU, ["C"])])
     s = pt.summarize(g, parts, None, {"prefill": {}}, {"prefill": 1})
     assert s["role"] == "control" and s["partitions"] == 1
     assert s["coverage"]["pct"] == 0.0 and s["boundary_bytes"] == {"prefill": 0}
@@ -208,10 +227,10 @@ def _onnx_chain(extra_consumer: bool) -> Any:
 @pytest.mark.parametrize("extra_consumer", [False, True])
 def test_boundary_bytes_follow_the_onnx_graph(extra_consumer: bool) -> None:
     model = _onnx_chain(extra_consumer)
-    g = pt.graph_from_onnx(model)
+    g = gp.graph_from_onnx(model)
     assert g.initializers == {"W", "W2"} and g.inputs == ("x",)
-    parts = pt.build_partitions(g, [(D, ["A"]), (CPU, ["B"]), (D, ["C", "E"])])
-    shapes = {"prefill": pt.declared_shapes(model, {"batch": 1, "sequence": 5})}
+    parts = gp.ort_partitions(g, [(D, ["A"]), (CPU, ["B"]), (D, ["C", "E"])])
+    shapes = {"prefill": gp.declared_shapes(model, {"batch": 1, "sequence": 5})}
     assert shapes["prefill"]["a"] == ("float32", (1, 5, 16))
     s = pt.summarize(g, parts, D, shapes, {"prefill": 5})
     per_tensor = 5 * 16 * 4
@@ -222,12 +241,12 @@ def test_boundary_bytes_follow_the_onnx_graph(extra_consumer: bool) -> None:
 
 def test_declared_shapes_skip_unbound_symbols() -> None:
     model = _onnx_chain(False)
-    assert "a" not in pt.declared_shapes(model, {"batch": 1})
+    assert "a" not in gp.declared_shapes(model, {"batch": 1})
 
 
 def test_summarize_reports_time_inside_and_outside_partitions() -> None:
     g = chain()
-    parts = pt.build_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
+    parts = gp.ort_partitions(g, [(D, ["A"]), (D, ["C"]), (CPU, ["B"])])
     times = {"prefill": {"P0": 30.0, "P1": 10.0, "P2": 20.0}}
     s = pt.summarize(g, parts, D, {"prefill": {}}, {"prefill": 1}, times, {"prefill": 100.0})
     assert s["time_us"]["prefill"] == {

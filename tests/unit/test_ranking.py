@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.report import history, ranking
 from rtmatrix.report.views import Column, Spread, columns, row_key
 from rtmatrix.results.diff import Direction
+from rtmatrix.results.records import RunRecord
 from tests.browser.runs import history_runs, sample_run
 
 KEY = "tiny/f32|t2-c256-p16-g24"
 
 
 def _col(name: str) -> Column:
-    return Column(0, {"run_id": "r"}, name, {"version": "1"}, [])
+    run = cast(RunRecord, {"run_id": "r"})  # ranking reads only the column's own fields
+    return Column(0, run, name, {"version": "1"}, [])
 
 
 def _entry(

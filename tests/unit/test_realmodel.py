@@ -9,19 +9,21 @@ from typing import Any
 from rtmatrix.report import realmodel
 from rtmatrix.report.render import render_html
 from rtmatrix.report.views import Notes, columns
+from rtmatrix.results.records import RunRecord
 from tests.browser.runs import sample_run
 
 
-def _real_run() -> dict[str, Any]:
+def _real_run() -> RunRecord:
     run = sample_run()
     c = next(c for c in run["cells"] if c["runtime"] == "llama_cpp" and "q8_0" in c["key"])
-    c["fixture"] = dict(c["fixture"]) | {"source": "/models/SmolLM2-135M-Instruct.Q4_1.gguf"}
+    c["fixture"] = c["fixture"] | {"source": "/models/SmolLM2-135M-Instruct.Q4_1.gguf"}
     detail = {"text": "quality.txt", "positions": 511}
-    c["metrics"] |= {
+    quality: dict[str, Any] = {  # metric records with the quality pass's detail
         "kld_mean": {"value": 0.0039, "unit": "nats", "source": "harness-comparison", **detail},
         "same_top_pct": {"value": 94.9, "unit": "%", "source": "harness-comparison", **detail},
         "ppl": {"value": 38.9, "unit": "ppl", "source": "harness-comparison", **detail},
     }
+    c["metrics"] |= quality
     c["generated_text"] = {"text": "The keeper <i>wrote</i>", "tokens": 6, "how": "decoded",
                            "prompt": "the first 128 tokens of quality.txt"}  # fmt: skip
     return run

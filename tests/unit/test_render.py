@@ -8,7 +8,7 @@ import re
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -26,9 +26,11 @@ from rtmatrix.report.views import (
     scenario_of,
     selection,
 )
+from rtmatrix.results.records import CellRecord, RunRecord
 from tests.browser.runs import (
     UNAVAILABLE_POWER,
     XSS,
+    as_run,
     golden,
     history_run,
     history_runs,
@@ -39,7 +41,7 @@ from tests.browser.runs import (
 )
 
 
-def _shown_cols(runs: list[dict[str, Any]]) -> list[Column]:
+def _shown_cols(runs: list[RunRecord]) -> list[Column]:
     shown = history.shown_columns(columns(history.by_time(runs)))
     history.attach(shown)
     ranking.attach(shown)
@@ -101,7 +103,7 @@ def test_selection_matrix_rows_and_columns() -> None:
 
 
 def test_unavailable_values_have_reason_on_hover_and_in_notes() -> None:
-    html = render_html([golden()])
+    html = render_html([as_run(golden())])
     assert f'title="{UNAVAILABLE_POWER}' in html
     notes = re.findall(r'<li id="fn-(\d+)">([^<]*)</li>', html)
     assert any(UNAVAILABLE_POWER in text for _, text in notes)
@@ -126,7 +128,7 @@ def test_fixture_grid_cells_by_key_and_verdict() -> None:
 def test_plots_inline_svg_and_no_data_notes() -> None:
     html = render_html([sample_run()])
     assert {"pp-tg", "context", "cold-start"} <= set(re.findall(r'data-plot="([^"]+)"', html))
-    single = render_html([golden()])  # one context depth only
+    single = render_html([as_run(golden())])  # one context depth only
     assert 'data-plot="context"' not in single and "ran at one context depth" in single
 
 
@@ -370,7 +372,8 @@ def test_lifecycle_section_html() -> None:
 
 def test_lifecycle_panel_survives_missing_and_odd_data() -> None:
     run = lifecycle_run()
-    stream, cancel, serve = run["cells"][1:4]
+    # made invalid on purpose: as untyped dicts
+    stream, cancel, serve = cast(list[dict[str, Any]], run["cells"][1:4])
     del stream["metrics"]["stream_token_gap_p90_s"]
     stream["metrics"]["stream_ttft_s"] = 0.03  # not a metric record
     cancel["metrics"]["lifecycle_checks"]["checks"] = ["not a dict", {"ok": "maybe"}]
@@ -390,7 +393,7 @@ def test_lifecycle_panel_survives_missing_and_odd_data() -> None:
     bare["fixture"]["name"] = "tiny-cancel-bare"
     bare["metrics"] = {}
     bare["scenario"] = "cancel"  # the record says what it ran: nothing else would tell
-    run["cells"].append(bare)
+    run["cells"].append(cast(CellRecord, bare))
     html = render_html([run])
     assert "no data: the cell ended with outcome ok before the cancel scenario measured" in html
     assert "the cell recorded no stream_token_gap_p90_s" in html
@@ -495,12 +498,12 @@ def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) 
         run["machine"] |= {"hostname": name, "arch": arch, "cpu_model": cpu}
         save_run(run, tmp_path / f"{name}.json")
         parts.append((tmp_path / f"{name}.json", None))
-    cols = columns([merge_runs(parts)])
+    cols = columns([as_run(merge_runs(parts))])
     assert [c.label.split()[0] for c in cols] == ["llama_cpp@laptop", "llama_cpp@board"]
     (row,) = [r for r in selection(cols, Notes()) if r.label == "OS / chip"]
     chips = [" ".join(p.value.text for it in e for p in it.parts) for e in row.entries]
     assert "x86_64 · Ryzen 7" in chips[0] and "aarch64 · Cortex-A76" in chips[1]
-    assert "aarch64 · Cortex-A76" in render_html([merge_runs(parts)])
+    assert "aarch64 · Cortex-A76" in render_html([as_run(merge_runs(parts))])
 
 
 def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
@@ -515,7 +518,7 @@ def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
     assert 'id="history"' in plain  # the same two runs, reported alone: a history
 
 
-def _diagnosed_run() -> dict[str, Any]:
+def _diagnosed_run() -> RunRecord:
     """sample_run with llama.cpp's q4_0 cell crashed and diagnosed by its control run."""
     run = sample_run()
     c = next(c for c in run["cells"] if c["runtime"] == "llama_cpp" and c["key"].count("q4_0"))
@@ -561,11 +564,12 @@ def test_a_real_model_cell_shows_its_quality_and_its_generated_text_escaped() ->
     run = sample_run()
     c = next(c for c in run["cells"] if c["runtime"] == "llama_cpp" and "q8_0" in c["key"])
     detail = {"text": "quality.txt", "positions": 511, "reference": "f32"}
-    c["metrics"] |= {
+    quality: dict[str, Any] = {  # metric records with the quality pass's detail
         "kld_mean": {"value": 0.0039, "unit": "nats", "source": "harness-comparison", **detail},
         "same_top_pct": {"value": 94.9, "unit": "%", "source": "harness-comparison", **detail},
         "ppl": {"value": 38.9, "unit": "ppl", "source": "harness-comparison", **detail},
     }
+    c["metrics"] |= quality
     c["generated_text"] = {"text": "The keeper <b>wrote</b>", "tokens": 6, "how": "decoded"}
     html = render_html([run])
     assert "“The keeper &lt;b&gt;wrote&lt;/b&gt;”" in html and "<b>wrote</b>" not in html

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -32,7 +32,7 @@ def run(tmp_path: Path, repo: Path, text: str) -> dict[str, Any]:
     m = parse_matrix(text, tmp_path / "m.toml")
     lines: list[str] = []
     path = run_matrix(m, tmp_path / "results", progress=lines.append, cwd=repo)
-    rec = load_run(path)
+    rec = cast(dict[str, Any], load_run(path))
     rec["_progress"] = lines
     return rec
 

@@ -52,7 +52,7 @@ def job(**options: Any) -> Job:
 
 
 def run(adapter: FakeSampler, **options: Any) -> dict[str, Any]:
-    res = sample.run(adapter, job(**options), [1, 2, 3, 4], [], lambda _n, _t: None)  # type: ignore[arg-type]
+    res = sample.run(adapter, job(**options), [1, 2, 3, 4], [], lambda _n, _t: None).to_dict()  # type: ignore[arg-type]
     res["checks"] += sample.with_reference(res, lambda _ids: LOGITS)
     return res
 
@@ -98,4 +98,21 @@ def test_valid_parses_and_validates() -> None:
 
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="temperature"):
-        sample.options(job(temperature=0.0))
+        sample.SampleOptions.from_job(job(temperature=0.0))
+
+
+def test_the_options_are_typed_with_their_defaults() -> None:
+    opts = sample.SampleOptions.from_job(job(top_k=None, seed="7"))
+    assert opts.top_k == 0 and opts.seed == 7 and opts.draws == 300 and opts.sample_alpha == 0.01
+    assert opts.params() == {
+        "temperature": 2.0, "top_k": 0, "top_p": 0.5, "min_p": 0.0, "repeat_penalty": 1.0
+    }  # fmt: skip
+    assert sample.SampleOptions.defaults()["draws"] == 400
+
+
+def test_the_result_crosses_as_a_dict_with_the_parents_additions() -> None:
+    res = run(FakeSampler())
+    assert list(res)[-2:] == ["first_steps_reference_top5", "order"]
+    typed = sample.SampleResult.from_dict(res)
+    assert typed.to_dict() == res and list(typed.to_dict()) == list(res)
+    assert "order_unavailable" not in res

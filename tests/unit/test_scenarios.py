@@ -17,7 +17,13 @@ from rtmatrix.adapters.base import RuntimeUnavailable
 from rtmatrix.outcome import Source, Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult
 from rtmatrix.runner import CellOutcome, refine
-from rtmatrix.scenarios import cancel, run_scenario, scenario_metrics, serve, stream
+from rtmatrix.scenarios import (
+    cancel,
+    require_capability,
+    run_scenario,
+    scenario_metrics,
+    serve,
+)
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     constant_check,
@@ -201,7 +207,9 @@ def _job(warmup: int = 0, **options: Any) -> Job:
 def _run_cancel(be: FakeBackend, **options: Any) -> dict[str, Any]:
     marks: list[str] = []
     adapter: Any = FakeStreamingAdapter(be)
-    result = cancel.run(adapter, _job(**options), [1, 5, 6, 7], [2], lambda n, t: marks.append(n))
+    result = run_scenario(
+        "cancel", adapter, _job(**options), [1, 5, 6, 7], [2], lambda n, t: marks.append(n)
+    )
     assert marks == ["first_token"]
     return result
 
@@ -264,7 +272,7 @@ def test_cancel_detects_state_not_released() -> None:
 def test_warmup_cycles_are_checked_but_not_counted() -> None:
     job = _job(warmup=2, cancel_modes=["stop"])
     adapter: Any = FakeStreamingAdapter(FakeBackend())
-    result = cancel.run(adapter, job, [1, 5, 6, 7], [2], lambda n, t: None)
+    result = cancel.run(adapter, job, [1, 5, 6, 7], [2], lambda n, t: None).to_dict()
     cycles = result["modes"]["stop"]["cycles"]
     assert [c["counted"] for c in cycles] == [False, False, True, True, True]
     assert [t["name"] for t in result["traces"]][:2] == ["stop-warmup-0", "stop-warmup-1"]
@@ -292,8 +300,9 @@ def test_cancel_records_a_missing_mode_as_unavailable(monkeypatch: pytest.Monkey
 
 def test_cancel_without_abortable_skips_only_the_mid_prefill_probe() -> None:
     adapter: Any = FakeStreamingOnlyAdapter(FakeBackend())
-    result = cancel.run(adapter, _job(cancel_modes=["stop"]), [1, 5, 6, 7], [2], lambda n, t: None)
-    assert result["modes"]["stop"]["cycles"]
+    typed = cancel.run(adapter, _job(cancel_modes=["stop"]), [1, 5, 6, 7], [2], lambda n, t: None)
+    assert typed.modes["stop"]["cycles"]
+    result = typed.to_dict()
     m = scenario_metrics("cancel", result)
     assert m["cancel_stop_stop_latency_s"].value is not None
     reason = m["cancel_prefill_latency_s"].reason or ""
@@ -303,9 +312,12 @@ def test_cancel_without_abortable_skips_only_the_mid_prefill_probe() -> None:
 
 def test_cancel_options_are_validated() -> None:
     with pytest.raises(ValueError, match="cancel_modes"):
-        cancel.options(_job(cancel_modes=["yank"]))
+        cancel.CancelOptions.from_job(_job(cancel_modes=["yank"]))
     with pytest.raises(ValueError, match="cancel_cycles"):
-        cancel.options(_job(cancel_cycles=1))
+        cancel.CancelOptions.from_job(_job(cancel_cycles=1))
+    opts = cancel.CancelOptions.from_job(_job(leak_tolerance_mb=2))
+    assert opts.leak_tolerance_mb == 2.0 and opts.cancel_modes == ["stop", "close"]
+    assert cancel.CancelOptions.defaults()["cancel_cycles"] == 20
 
 
 def test_stream_metrics_from_a_result() -> None:
@@ -338,14 +350,24 @@ def test_stream_metrics_from_a_result() -> None:
     assert empty["stream_ttft_s"].value is None and empty["stream_token_gap_p90_s"].reason
 
 
-def test_a_runtime_without_the_capability_is_unavailable_and_says_which() -> None:
+@pytest.mark.parametrize(
+    ("name", "capability"), [("stream", "Streaming"), ("cancel", "Streaming"), ("serve", "Serving")]
+)
+def test_a_runtime_without_the_capability_is_unavailable_and_says_which(
+    name: str, capability: str
+) -> None:
+    """The registry checks the capability, before the load (require_capability) and at the run;
+    the scenario's own run never sees an adapter without it."""
+    why = rf"'{name}': runtime 'fake' .* {capability} capab"
+    with pytest.raises(RuntimeUnavailable, match=why):
+        require_capability(name, FakeAdapter())  # type: ignore[arg-type]
+    with pytest.raises(RuntimeUnavailable, match=why):
+        run_scenario(name, FakeAdapter(), _job(), [1], [], lambda n, t: None)  # type: ignore[arg-type]
+
+
+def test_an_unknown_scenario_is_unavailable() -> None:
     job = _job()
-    with pytest.raises(RuntimeUnavailable, match=r"'stream': runtime 'fake' .* Streaming capab"):
-        stream.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
-    with pytest.raises(RuntimeUnavailable, match=r"'cancel': runtime 'fake' .* Streaming capab"):
-        cancel.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
-    with pytest.raises(RuntimeUnavailable, match=r"'serve': runtime 'fake' .* Serving capab"):
-        serve.run(FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
+    require_capability("juggle", FakeAdapter())  # type: ignore[arg-type]
     with pytest.raises(RuntimeUnavailable, match="not available"):
         run_scenario("juggle", FakeAdapter(), job, [1], [], lambda n, t: None)  # type: ignore[arg-type]
     assert scenario_metrics("juggle", {}) == {}
@@ -467,7 +489,7 @@ def test_serve_metrics_from_a_result() -> None:
         and "serve_startup_s" in m["cold_start_first_token_s"].reason
     )
     with pytest.raises(ValueError, match="serve_concurrency"):
-        serve.options(_job(serve_concurrency=[0]))
+        serve.ServeOptions.from_job(_job(serve_concurrency=[0]))
 
 
 def test_every_scenario_metric_is_schema_shaped(monkeypatch: pytest.MonkeyPatch) -> None:

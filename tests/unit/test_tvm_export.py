@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 import time
 from importlib import metadata
 from importlib.util import find_spec
@@ -67,6 +68,26 @@ def test_export_key_holds_tvm_version_and_host_cpu() -> None:
     assert key["host"]["machine"] and len(key["host"]["cpu_flags_sha256"]) == 64
     assert key["pipeline"] == tm.PIPELINE
     assert te.export_key(spec, "f32", "unknown-arch") != key
+
+
+def test_the_parents_side_imports_no_tvm() -> None:
+    # the nn module (tvm_irmodule) and the schedule (tvm_schedule) import TVM at module level:
+    # only compile_module, in the compiling process, may import them
+    code = (
+        "import sys\n"
+        "from rtmatrix.fixtures import tvm_export, tvm_model\n"
+        "from rtmatrix.fixtures.model import make_weights\n"
+        "from rtmatrix.fixtures.spec import get_spec\n"
+        "spec = get_spec('tiny')\n"
+        "tvm_export.export_key(spec, 'f32')\n"
+        "tvm_model.tvm_params(tvm_model.model_config(spec), make_weights(spec))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'tvm'"
+        " or m.startswith(('rtmatrix.fixtures.tvm_irmodule', 'rtmatrix.fixtures.tvm_schedule'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
 
 
 def test_only_f32_and_stored_weights_are_the_weights() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from rtmatrix.report.render import render_html
 from rtmatrix.report.upgrade import comparison_view, markdown, render_comparison, view
+from rtmatrix.results.records import RunRecord
 from tests.browser.runs import XSS, sample_run, upgraded_run
 from tests.helpers.comparisons import KEY, comparison, record, rounds_of
 
@@ -27,7 +28,7 @@ def regression_doc() -> dict[str, object]:
     return comparison(recs).to_dict()
 
 
-def side_runs() -> list[dict[str, object]]:
+def side_runs() -> list[RunRecord]:
     a, b = sample_run(), upgraded_run()
     for run in (a, b):
         run["runtimes"]["never_ran"] = {"adapter": "x:Y", "distribution": None, "version": None}

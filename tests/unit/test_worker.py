@@ -18,6 +18,7 @@ def test_describe_reports_metadata_without_the_runtime() -> None:
         "container": "gguf",
         "prepares": True,  # builds llama-bench once per run
         "reference_tool": True,
+        "reference_budget": {"benchmark_runs": 2, "quality_runs": 2},  # cell timeouts
         "reference_quality": True,  # llama-perplexity --kl-divergence on a real model
         "crash_control": {  # a crashed cell is rerun with extra buffer types off
             "options": {"extra_buffer_types": False},

@@ -26,7 +26,7 @@ ProcessMemory      backend ``process_rss()``                   ``cancel`` reads 
                                                                process the work runs in (a server)
 UnstreamedRun      backend ``complete(prompt, n, banned)``     ``stream``'s token check where the
                                                                harness has no greedy loop
-ServerCounters     driver ``counters(port)``, ``slots(port)``  ``serve``: /metrics deltas per level,
+ServerCounters     driver ``counters(port)``, ``slots(port)``  ``serve``: counter deltas per level,
                                                                busy slots, slot seen free again
 TokenServer        driver ``complete_tokens(...)``             ``serve``'s batch-invariance phase
 =================  ==========================================  =====================================
@@ -129,11 +129,55 @@ class EngineGeneration(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class ReferenceBudget:
+    """How long the reference process may run, in cell timeouts (``run.timeout_s``): one per run
+    of the benchmark tool, and one per run of the quality tool when that runs too. An adapter
+    offering :class:`ReferenceBenchmark` may set a class attribute ``reference_budget`` to one;
+    without it, :data:`DEFAULT_REFERENCE_BUDGET` applies. The parent reads it from the adapter's
+    description (:func:`reference_budget`), never from the adapter itself."""
+
+    #: runs of the benchmark tool per cell (e.g. one per phase: prefill, decode)
+    benchmark_runs: int = 2
+    #: runs of the quality tool per cell, when it runs (:class:`ReferenceQuality`)
+    quality_runs: int = 2
+
+    def seconds(self, timeout_s: float, *, quality: bool) -> float:
+        """The budget for a cell with timeout ``timeout_s``, with or without the quality tool."""
+        runs = self.benchmark_runs + (self.quality_runs if quality else 0)
+        return runs * timeout_s
+
+    def to_dict(self) -> dict[str, int]:
+        return {"benchmark_runs": self.benchmark_runs, "quality_runs": self.quality_runs}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ReferenceBudget:
+        """The budget an adapter described; the default where it said nothing."""
+        data = data or {}
+        default = DEFAULT_REFERENCE_BUDGET
+        return cls(
+            int(data.get("benchmark_runs", default.benchmark_runs)),
+            int(data.get("quality_runs", default.quality_runs)),
+        )
+
+
+#: the budget of an adapter that does not declare ``reference_budget``
+DEFAULT_REFERENCE_BUDGET = ReferenceBudget()
+
+
+def reference_budget(adapter_cls: type[Any]) -> ReferenceBudget:
+    """The reference budget an adapter class declares (``reference_budget``), else the default."""
+    budget = getattr(adapter_cls, "reference_budget", None)
+    return budget if isinstance(budget, ReferenceBudget) else DEFAULT_REFERENCE_BUDGET
+
+
 @runtime_checkable
 class ReferenceBenchmark(Protocol):
     """The runtime's own benchmark tool, run on the cell's file with the cell's settings in a
     process of its own after the cell (so its memory and CPU are not the cell's). Checked on the
-    adapter *class*: it runs without loading the model in the worker."""
+    adapter *class*: it runs without loading the model in the worker. How long that process may
+    take is the adapter's :class:`ReferenceBudget` (an optional class attribute
+    ``reference_budget``, read by :func:`reference_budget`)."""
 
     @classmethod
     def reference_benchmark(
@@ -242,6 +286,31 @@ class ServerDriver(Protocol):
         ...
 
 
+#: the neutral names of a server's cumulative counters (since it started), as
+#: :attr:`CounterReading.figures` holds them: generated tokens and the seconds spent on them
+#: (summed over requests), prompt tokens processed and their seconds, decode calls (batches)
+SERVER_COUNTERS = (
+    "tokens_predicted",
+    "tokens_predicted_seconds",
+    "prompt_tokens",
+    "prompt_seconds",
+    "decode_calls",
+)
+#: ... and of its gauges: the running average of busy slots per decode call
+SERVER_GAUGES = ("busy_slots_per_decode",)
+
+
+@dataclass(frozen=True)
+class CounterReading:
+    """A server's counters at one moment. ``figures``: the neutral names
+    (:data:`SERVER_COUNTERS`, :data:`SERVER_GAUGES`) the server has, each translated by the
+    driver from the server's own; ``raw``: every cumulative counter the server keeps, by its own
+    name (recorded as the level's deltas, never read by name)."""
+
+    figures: dict[str, float]
+    raw: dict[str, float]
+
+
 @runtime_checkable
 class ServerCounters(Protocol):
     """A driver that reads the server's own counters and slot states."""
@@ -249,8 +318,15 @@ class ServerCounters(Protocol):
     #: where the counters come from, in words
     counters_doc: str
 
-    def counters(self, port: int) -> dict[str, float]:
-        """The server's counters and gauges now (e.g. Prometheus ``/metrics``), by name."""
+    @property
+    def counter_labels(self) -> Mapping[str, str]:
+        """Neutral counter name -> the server's own word for it, where a figure's detail should
+        say that word (``{"decode_calls": "llama_decode calls"}``); {} when none."""
+        ...
+
+    def counters(self, port: int) -> CounterReading:
+        """The server's counters and gauges now (e.g. Prometheus ``/metrics``), neutral names
+        in ``figures``, the server's own in ``raw``."""
         ...
 
     def slots(self, port: int) -> list[dict[str, Any]]:

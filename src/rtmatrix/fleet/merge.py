@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.fleet.security import FleetError
 from rtmatrix.matrix import key_with_target
@@ -112,7 +112,8 @@ def merge_runs(parts: Sequence[tuple[Path, str | None]]) -> dict[str, Any]:
     if not parts:
         msg = "rtmatrix merge: give at least one RUN.json"
         raise FleetError(msg)
-    runs = [load_run(path) for path, _ in parts]
+    # the merge copies each part's record key by key, whatever keys it holds: plain dicts
+    runs = [cast(dict[str, Any], load_run(path)) for path, _ in parts]
     cells: list[dict[str, Any]] = []
     owner: dict[str, Path] = {}
     runtimes: dict[str, Any] = {}

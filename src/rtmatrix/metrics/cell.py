@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rtmatrix.metrics.registry import unit_of
+from rtmatrix.names import M
 from rtmatrix.outcome import Metric, Source, percentile
 from rtmatrix.protocol import Repetition, WorkerResult
 
@@ -17,38 +19,41 @@ def throughput(reps: Sequence[Repetition]) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     if not reps:
         reason = "no counted repetition finished"
-        for key in ("pp_tps", "pp_tps_counter", "tg_tps", "tg_tps_counter"):
-            out[key] = Metric.unavailable("tokens/s", reason)
+        for key in (M.PP_TPS, M.PP_TPS_COUNTER, M.TG_TPS, M.TG_TPS_COUNTER):
+            out[key] = Metric.unavailable(unit_of(key), reason)
         return out
     pp = [r.pp_tokens / r.pp_s for r in reps if r.pp_s > 0]
-    out["pp_tps"] = Metric.measured(
-        pp, "tokens/s", Source.HARNESS_CLOCK, method="prompt tokens / time of the prefill call"
+    out[M.PP_TPS] = Metric.measured(
+        pp,
+        unit_of(M.PP_TPS),
+        Source.HARNESS_CLOCK,
+        method="prompt tokens / time of the prefill call",
     )
     tg = [v for r in reps if (v := _ratio(len(r.decode_s), sum(r.decode_s))) is not None]
-    out["tg_tps"] = (
+    out[M.TG_TPS] = (
         Metric.measured(
             tg,
-            "tokens/s",
+            unit_of(M.TG_TPS),
             Source.HARNESS_CLOCK,
             method="decode calls / summed time of the single-token decode calls",
         )
         if tg
-        else Metric.unavailable("tokens/s", "fewer than 2 generated tokens: no decode step")
+        else Metric.unavailable(unit_of(M.TG_TPS), "fewer than 2 generated tokens: no decode step")
     )
-    for phase in ("pp", "tg"):
+    for phase, key in (("pp", M.PP_TPS_COUNTER), ("tg", M.TG_TPS_COUNTER)):
         vals = [
             v
             for r in reps
             if (c := r.counters or {}).get(f"{phase}_tokens")
             and (v := _ratio(c[f"{phase}_tokens"], c.get(f"{phase}_ms", 0.0) / 1e3))
         ]
-        out[f"{phase}_tps_counter"] = (
+        out[key] = (
             Metric.measured(
-                vals, "tokens/s", Source.RUNTIME_COUNTER, counters=[r.counters for r in reps]
+                vals, unit_of(key), Source.RUNTIME_COUNTER, counters=[r.counters for r in reps]
             )
             if vals
             else Metric.unavailable(
-                "tokens/s", f"the runtime reported no {phase.upper()} counter for this cell"
+                unit_of(key), f"the runtime reported no {phase.upper()} counter for this cell"
             )
         )
     return out
@@ -57,29 +62,32 @@ def throughput(reps: Sequence[Repetition]) -> dict[str, Metric]:
 def latency(reps: Sequence[Repetition]) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     if not reps:
-        for key in ("ttft_s", "tpot_s", "token_latency_p50_s", "token_latency_p90_s"):
-            out[key] = Metric.unavailable("s", "no counted repetition finished")
+        for key in (M.TTFT, M.TPOT, M.TOKEN_P50, M.TOKEN_P90):
+            out[key] = Metric.unavailable(unit_of(key), "no counted repetition finished")
         return out
-    out["ttft_s"] = Metric.measured(
+    out[M.TTFT] = Metric.measured(
         [r.ttft_s for r in reps],
-        "s",
+        unit_of(M.TTFT),
         Source.HARNESS_CLOCK,
         method="prefill start -> first token id, warm",
     )
     steps = [s for r in reps for s in r.step_s]
     if not steps:
         reason = "fewer than 2 generated tokens: no inter-token interval"
-        for key in ("tpot_s", "token_latency_p50_s", "token_latency_p90_s"):
-            out[key] = Metric.unavailable("s", reason)
+        for key in (M.TPOT, M.TOKEN_P50, M.TOKEN_P90):
+            out[key] = Metric.unavailable(unit_of(key), reason)
         return out
     tpot = [sum(r.step_s) / len(r.step_s) for r in reps if r.step_s]
-    out["tpot_s"] = Metric.measured(
-        tpot, "s", Source.HARNESS_CLOCK, method="mean time per output token after the first"
+    out[M.TPOT] = Metric.measured(
+        tpot,
+        unit_of(M.TPOT),
+        Source.HARNESS_CLOCK,
+        method="mean time per output token after the first",
     )
-    for q in (50, 90):
-        out[f"token_latency_p{q}_s"] = Metric(
+    for q, key in ((50, M.TOKEN_P50), (90, M.TOKEN_P90)):
+        out[key] = Metric(
             percentile(steps, q),
-            "s",
+            unit_of(key),
             Source.HARNESS_CLOCK,
             detail={"n": len(steps), "method": f"p{q} of per-token intervals, all counted reps"},
         )
@@ -89,22 +97,24 @@ def latency(reps: Sequence[Repetition]) -> dict[str, Metric]:
 def cold_start(timeline: dict[str, float], spawned: float) -> dict[str, Metric]:
     """Process start -> runtime imported -> model loaded -> first token, from the spawn."""
     marks = [
-        ("process", "spawned", "worker_start"),
-        ("import", "worker_start", "imported"),
-        ("load", "imported", "loaded"),
-        ("first_token", "loaded", "first_token"),
-        ("total", "spawned", "first_token"),
+        (M.COLD_PROCESS, "spawned", "worker_start"),
+        (M.COLD_IMPORT, "worker_start", "imported"),
+        (M.COLD_LOAD, "imported", "loaded"),
+        (M.COLD_FIRST_TOKEN, "loaded", "first_token"),
+        (M.COLD_TOTAL, "spawned", "first_token"),
     ]
     t = {"spawned": spawned, **timeline}
     out: dict[str, Metric] = {}
-    for name, start, end in marks:
-        key = f"cold_start_{name}_s"
+    for key, start, end in marks:
         if start in t and end in t:
             out[key] = Metric(
-                t[end] - t[start], "s", Source.HARNESS_CLOCK, detail={"from": start, "to": end}
+                t[end] - t[start],
+                unit_of(key),
+                Source.HARNESS_CLOCK,
+                detail={"from": start, "to": end},
             )
         else:
-            out[key] = Metric.unavailable("s", f"the worker never reached '{end}'")
+            out[key] = Metric.unavailable(unit_of(key), f"the worker never reached '{end}'")
     return out
 
 
@@ -115,10 +125,11 @@ def memory(
     maxrss_method: str = "ru_maxrss of the reaped worker (wait4)",
 ) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
-    out["peak_rss_sampled_bytes"] = (
+    sampled, os_peak = M.PEAK_RSS_SAMPLED, M.PEAK_RSS_OS
+    out[sampled] = (
         Metric(
             peak_tree_rss,
-            "bytes",
+            unit_of(sampled),
             Source.OS_ACCOUNTING,
             detail={
                 "method": "psutil RSS of the worker's process tree, sampled",
@@ -126,12 +137,12 @@ def memory(
             },
         )
         if peak_tree_rss
-        else Metric.unavailable("bytes", "no RSS sample was taken")
+        else Metric.unavailable(unit_of(sampled), "no RSS sample was taken")
     )
-    out["peak_rss_os_bytes"] = (
-        Metric(maxrss, "bytes", Source.OS_ACCOUNTING, detail={"method": maxrss_method})
+    out[os_peak] = (
+        Metric(maxrss, unit_of(os_peak), Source.OS_ACCOUNTING, detail={"method": maxrss_method})
         if maxrss
-        else Metric.unavailable("bytes", maxrss_method)
+        else Metric.unavailable(unit_of(os_peak), maxrss_method)
     )
     return out
 

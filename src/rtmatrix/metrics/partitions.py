@@ -2,16 +2,18 @@
 which tensors cross each boundary and how many bytes per token, and how long each partition ran.
 
 Pure functions over a light graph description, unit-tested on hand-built graphs without a runtime
-(what a runtime reports — ORT's EP assignment record and profiling JSON — is read in that runtime's
-home, e.g. :mod:`rtmatrix.runtimes.onnxruntime.profile`):
+(what a runtime reports is read, and its graph format parsed, in that runtime's home, e.g.
+:mod:`rtmatrix.runtimes.onnxruntime.graph_partitions` and
+:mod:`rtmatrix.runtimes.onnxruntime.profile`):
 
-- ``Graph`` / ``graph_from_onnx``: the nodes (name, op, inputs, outputs) of the graph the runtime
-  partitioned, its inputs, outputs and initializers (constants: never counted as traffic).
+- ``Graph``: the nodes (name, op, inputs, outputs) of the graph the runtime partitioned, its
+  inputs, outputs and initializers (constants: never counted as traffic).
 - ``build_partitions``: partitions from the runtime's assignment record, a list of
   ``(execution provider, node names)`` entries. A compiling delegate reports one entry per fused
-  subgraph, and each is one partition; the CPU EP (``merge_eps``) reports nodes one by one, so its
-  nodes are grouped into connected components (nodes joined by a tensor one produces and the other
-  consumes). Nodes the record does not name are grouped the same way under ``"unassigned"``.
+  subgraph, and each is one partition; a provider that reports nodes one by one (``merge_eps``,
+  e.g. the fallback provider) has its nodes grouped into connected components (nodes joined by a
+  tensor one produces and the other consumes). Nodes the record does not name are grouped the same
+  way under ``"unassigned"``.
 - ``crossings``: every (tensor, producer partition, consumer partition) where the two differ, plus
   graph inputs into and graph outputs out of a partition; a tensor read by two other partitions
   crosses twice. ``tensor_bytes`` turns measured shapes (``{tensor: (dtype, shape)}``) into bytes.
@@ -31,11 +33,10 @@ from typing import Any
 
 from rtmatrix.names import M
 
-CPU = "CPUExecutionProvider"
 GRAPH_INPUT = "graph-input"
 GRAPH_OUTPUT = "graph-output"
 UNASSIGNED = "unassigned"
-# bytes per element by numpy / ONNX type name
+# bytes per element by numpy / graph-format type name
 DTYPE_BYTES = {
     "float32": 4,
     "float": 4,
@@ -106,24 +107,6 @@ class Crossing:
         return "partition"
 
 
-def graph_from_onnx(model: Any) -> Graph:
-    """A ``Graph`` from an ``onnx.ModelProto`` (duck-typed: needs ``.graph``)."""
-    g = model.graph
-    inits = frozenset(t.name for t in g.initializer)
-    nodes = tuple(
-        Node(
-            n.name or f"{n.op_type}:{i}",
-            n.op_type,
-            tuple(n.input),
-            tuple(n.output),
-            n.domain,
-        )
-        for i, n in enumerate(g.node)
-    )
-    inputs = tuple(i.name for i in g.input if i.name not in inits)
-    return Graph(nodes, inputs, tuple(o.name for o in g.output), inits)
-
-
 def _components(graph: Graph, members: set[str]) -> list[list[str]]:
     """Connected components of ``members`` (node names), joined by tensors produced by one member
     and consumed by another; each in graph order, components ordered by their first node."""
@@ -155,9 +138,10 @@ def _components(graph: Graph, members: set[str]) -> list[list[str]]:
 def build_partitions(
     graph: Graph,
     assignment: Sequence[tuple[str, Sequence[str]]],
-    merge_eps: Iterable[str] = (CPU,),
+    merge_eps: Iterable[str],
 ) -> list[Partition]:
-    """Partitions in graph order (by first node), ids ``P0``, ``P1``, ...; see the module doc."""
+    """Partitions in graph order (by first node), ids ``P0``, ``P1``, ...; the nodes of the
+    providers in ``merge_eps`` grouped into connected components; see the module doc."""
     merge = set(merge_eps)
     order = {n.name: i for i, n in enumerate(graph.nodes)}
     known = set(order)
@@ -237,37 +221,6 @@ def tensor_bytes(shape: Shape) -> int | None:
     if size is None:
         return None
     return size * math.prod(int(d) for d in dims)
-
-
-def shape_from_value_info(value_info: Any, bindings: Mapping[str, int]) -> Shape | None:
-    """(dtype, dims) of an ONNX ``ValueInfoProto`` with symbolic dims bound by ``bindings``;
-    None when its type or a dim is unknown."""
-    from onnx import helper
-
-    tt = value_info.type.tensor_type
-    if not tt.elem_type or not tt.HasField("shape"):
-        return None
-    dims: list[int] = []
-    for d in tt.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.dim_param in bindings:
-            dims.append(int(bindings[d.dim_param]))
-        else:
-            return None
-    dtype = str(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-    return dtype, tuple(dims)
-
-
-def declared_shapes(model: Any, bindings: Mapping[str, int]) -> dict[str, Shape]:
-    """Shapes the model declares (inputs, outputs, value_info), symbolic dims bound."""
-    g = model.graph
-    out: dict[str, Shape] = {}
-    for vi in [*g.input, *g.output, *g.value_info]:
-        s = shape_from_value_info(vi, bindings)
-        if s is not None:
-            out[vi.name] = s
-    return out
 
 
 # -- the evidence block ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from rtmatrix.report.views import (
     ratio_value,
     reference_tool,
 )
+from rtmatrix.results.records import CellRecord
 
 RATIOS = (
     ("PP", PP_REFERENCE_RATIO, M.PP_TPS_REFERENCE, M.PP_TPS),
@@ -54,7 +55,7 @@ class CellMarks:
         return f"{n} leaked process{'es' if n != 1 else ''}" if n else ""
 
 
-def kinds(cell: dict[str, Any]) -> Kinds | None:
+def kinds(cell: CellRecord) -> Kinds | None:
     if cell.get("expect") != "error":
         return None
     expected = tuple(str(k) for k in as_list(cell.get("expect_kind")))
@@ -67,13 +68,13 @@ def kinds(cell: dict[str, Any]) -> Kinds | None:
     return Kinds(expected, said, False)
 
 
-def leaked(cell: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def leaked(cell: CellRecord) -> tuple[dict[str, Any], ...]:
     """Processes that outlived the cell, as the runner lists them (pid, cmdline, ...)."""
     found = as_list(as_dict(cell.get("evidence")).get("leaked_processes"))
     return tuple(p if isinstance(p, dict) else {"process": p} for p in found)
 
 
-def ratios(cell: dict[str, Any], notes: Notes) -> tuple[tuple[str, Value], ...]:
+def ratios(cell: CellRecord, notes: Notes) -> tuple[tuple[str, Value], ...]:
     metrics = as_dict(cell.get("metrics"))
     tool = reference_tool(cell)
     return tuple(
@@ -83,7 +84,7 @@ def ratios(cell: dict[str, Any], notes: Notes) -> tuple[tuple[str, Value], ...]:
     )
 
 
-def control_text(cell: dict[str, Any]) -> str:
+def control_text(cell: CellRecord) -> str:
     """What a crashed cell's control run showed, in a few words ("" when none ran)."""
     ctl = as_dict(cell.get("control"))
     if not ctl:
@@ -95,7 +96,7 @@ def control_text(cell: dict[str, Any]) -> str:
     return f"control with {opts}: {status}"
 
 
-def marks(cell: dict[str, Any], notes: Notes) -> CellMarks:
+def marks(cell: CellRecord, notes: Notes) -> CellMarks:
     return CellMarks(
         kinds(cell),
         str(cell.get("verdict_reason") or ""),

@@ -54,6 +54,7 @@ from rtmatrix.results.diff import (
     machine_differences,
 )
 from rtmatrix.results.export import tidy
+from rtmatrix.results.records import CellRecord, RunRecord
 
 #: the figures whose spread the selection matrix shows and the history plots follow
 TRACKED = (
@@ -73,12 +74,12 @@ STAT_COLUMNS = ("median", "min", "max", "n", "mean", "sd")
 MOVED = (Mark.WORSE, Mark.BETTER)
 
 
-def matrix_of(run: dict[str, Any]) -> str:
+def matrix_of(run: RunRecord) -> str:
     """The matrix a run ran (its recorded path): runs of one matrix share a history."""
     return str(as_dict(run.get("matrix")).get("path") or "unknown matrix")
 
 
-def by_time(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_time(runs: Sequence[RunRecord]) -> list[RunRecord]:
     """Runs oldest first (stable for equal times)."""
     return sorted(runs, key=lambda r: str(r.get("created_utc") or ""))
 
@@ -113,12 +114,12 @@ def left_out(cols: Sequence[Column], shown: Sequence[Column]) -> list[str]:
     return list(dict.fromkeys(c.runtime for c in cols if c.runtime not in names))
 
 
-def _comparable(cell: dict[str, Any], other: dict[str, Any]) -> bool:
+def _comparable(cell: CellRecord, other: CellRecord) -> bool:
     fx, ofx = as_dict(cell.get("fixture")), as_dict(other.get("fixture"))
     return bool(fx.get("sha256") == ofx.get("sha256") and cell["params"] == other["params"])
 
 
-def pick(col: Column, cell: dict[str, Any]) -> Pick | None:
+def pick(col: Column, cell: CellRecord) -> Pick | None:
     """For a contended cell of the newest run: the newest uncontended run of the same cell."""
     if not cell.get("contended") or not col.series:
         return None
@@ -144,7 +145,7 @@ def attach_picks(cols: Iterable[Column]) -> None:
 # --- the history table -----------------------------------------------------------------------
 
 
-def _cell_row(col: Column, order: int, anchor: str, cell: dict[str, Any]) -> dict[str, Any]:
+def _cell_row(col: Column, order: int, anchor: str, cell: CellRecord) -> dict[str, Any]:
     busy = as_dict(as_dict(cell.get("metrics")).get(M.HOST_BUSY_CORES)).get("value")
     return {
         "run_id": col.run["run_id"],
@@ -221,13 +222,13 @@ def _cv(values: Sequence[float]) -> float | None:
     return float(s.std(ddof=1)) / mean if mean > 0 else None
 
 
-def _within(cell: dict[str, Any], metric: str) -> tuple[float | None, int]:
+def _within(cell: CellRecord, metric: str) -> tuple[float | None, int]:
     samples = as_dict(as_dict(cell.get("metrics")).get(metric)).get("samples")
     values = [float(v) for v in samples] if isinstance(samples, list) else []
     return _cv(values), len(values)
 
 
-def run_medians(table: pd.DataFrame, cell: dict[str, Any], metric: str) -> list[float]:
+def run_medians(table: pd.DataFrame, cell: CellRecord, metric: str) -> list[float]:
     """The medians of ``metric`` over the runs where ``cell`` was comparable: the same key and
     fixture content, outcome ok, not contended; oldest first."""
     sha = as_dict(cell.get("fixture")).get("sha256")
@@ -241,7 +242,7 @@ def run_medians(table: pd.DataFrame, cell: dict[str, Any], metric: str) -> list[
     return [float(v) for v in rows["median"].dropna()]
 
 
-def spread(table: pd.DataFrame | None, cell: dict[str, Any], metric: str) -> Spread | None:
+def spread(table: pd.DataFrame | None, cell: CellRecord, metric: str) -> Spread | None:
     """The spread of one shown figure; None where nothing is known about it."""
     within, n = _within(cell, metric)
     medians = run_medians(table, cell, metric) if table is not None else []
@@ -350,7 +351,7 @@ def steps(series: Sequence[Column], paired: Sequence[PairedMark] = ()) -> list[S
 
 def _diff_steps(series: Sequence[Column]) -> list[Step]:
     out: list[Step] = []
-    last: dict[str, tuple[Column, dict[str, Any]]] = {}
+    last: dict[str, tuple[Column, CellRecord]] = {}
     checks = default_checks()
     vary = varying_params(c for col in series for _, c in col.cells)
     for order, col in enumerate(series):
@@ -376,7 +377,7 @@ def _step(order: int, anchor: str, label: str, diff: CellDiff, comparable: bool)
     return Step(order, diff.key, label, anchor, mark, said, verdicts, comparable, moved)
 
 
-def plain_cells(series: Sequence[Column]) -> list[dict[str, Any]]:
+def plain_cells(series: Sequence[Column]) -> list[CellRecord]:
     """The series' plain generation cells (no expected failure, no lifecycle scenario)."""
     return normal_cells(c for col in series for _, c in col.cells)
 
@@ -492,7 +493,7 @@ def _verdict_rows(series: Sequence[Column], found: Sequence[Step]) -> tuple[Verd
     return tuple(rows)
 
 
-def _verdict_cell(hit: tuple[str, dict[str, Any]], step: Step | None) -> VerdictCell:
+def _verdict_cell(hit: tuple[str, CellRecord], step: Step | None) -> VerdictCell:
     anchor, cell = hit
     said = [f"{cell['verdict']} ({cell['outcome']['status']})"]
     if cell.get("verdict_reason"):

@@ -33,6 +33,7 @@ from rtmatrix.report.views import (
     unavailable,
     varying_params,
 )
+from rtmatrix.results.records import CellRecord
 
 MAX_TRACES = 60  # request traces listed per cell; the rest stay in the run record
 _MODE_KEYS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth_bytes")
@@ -93,11 +94,11 @@ class Panel:
         return sum(1 for c in self.cards for ch in c.checks if ch.ok is False)
 
 
-def _metrics(cell: dict[str, Any]) -> dict[str, Any]:
+def _metrics(cell: CellRecord) -> dict[str, Any]:
     return as_dict(cell.get("metrics"))
 
 
-def _m(cell: dict[str, Any], key: str) -> dict[str, Any] | None:
+def _m(cell: CellRecord, key: str) -> dict[str, Any] | None:
     found = _metrics(cell).get(key)
     return found if isinstance(found, dict) else None
 
@@ -107,7 +108,7 @@ def _num(metric: dict[str, Any] | None, key: str = "value") -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def _checks(cell: dict[str, Any]) -> list[Check]:
+def _checks(cell: CellRecord) -> list[Check]:
     out = []
     for c in as_list(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("checks")):
         if isinstance(c, dict):
@@ -124,7 +125,7 @@ def _checks(cell: dict[str, Any]) -> list[Check]:
     return out
 
 
-def _value(cell: dict[str, Any], key: str, notes: Notes) -> Value:
+def _value(cell: CellRecord, key: str, notes: Notes) -> Value:
     return metric_value(_m(cell, key), notes, key)
 
 
@@ -139,7 +140,7 @@ def _flagged(v: Value, bad: bool | None, why: str) -> Value:
 # --- stream ---------------------------------------------------------------------------------
 
 
-def _stream(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _stream(cell: CellRecord, card: Card, notes: Notes) -> None:
     card.facts += [
         Part("time to first chunk", _value(cell, "stream_ttft_s", notes)),
         Part("first token sampled", _value(cell, "stream_first_token_s", notes)),
@@ -165,11 +166,11 @@ def _stream(cell: dict[str, Any], card: Card, notes: Notes) -> None:
 # --- cancel ---------------------------------------------------------------------------------
 
 
-def cancel_modes(cell: dict[str, Any]) -> list[str]:
+def cancel_modes(cell: CellRecord) -> list[str]:
     return list(dict.fromkeys(m.group(1) for k in _metrics(cell) if (m := _MODE.match(str(k)))))
 
 
-def _leak(cell: dict[str, Any], mode: str, checks: dict[str, Check], notes: Notes) -> Value:
+def _leak(cell: CellRecord, mode: str, checks: dict[str, Check], notes: Notes) -> Value:
     key = f"cancel_{mode}_rss_growth_bytes"
     metric = _m(cell, key)
     v = metric_value(metric, notes, key)
@@ -189,113 +190,127 @@ def _leak(cell: dict[str, Any], mode: str, checks: dict[str, Check], notes: Note
     return Value(words, v.source, title, None, css)
 
 
-def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _mode_verdict(cell: CellRecord, mode_checks: list[Check]) -> Value:
+    """One mode's checks as ``n/m ok``, each check's words on hover."""
+    if not mode_checks:
+        return text("—", "no checks recorded for this mode")
+    failed = [c.name for c in mode_checks if c.ok is False]
+    return Value(
+        f"{len(mode_checks) - len(failed)}/{len(mode_checks)} ok",
+        str(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("source") or "harness-clock"),
+        "; ".join(f"{c.name}: {c.detail}" for c in mode_checks),
+        None,
+        "v-FAIL" if failed else "v-PASS",
+    )
+
+
+def _mode_row(cell: CellRecord, mode: str, checks: dict[str, Check], notes: Notes) -> TableRow:
+    """One cancel mode: latencies, tokens after the cancel, RSS growth and its checks."""
+    pre = f"cancel_{mode}"
+    took = checks.get(f"{pre}_took_effect")
+    bounded = checks.get(f"{pre}_tokens_after_bounded")
+    after = _value(cell, f"{pre}_tokens_after", notes)
+    after = _flagged(
+        after, bounded is not None and bounded.ok is False, bounded.detail if bounded else ""
+    )
+    stop = _value(cell, f"{pre}_stop_latency_s", notes)
+    stop = _flagged(stop, took is not None and took.ok is False, took.detail if took else "")
+    verdict = _mode_verdict(cell, [c for n, c in checks.items() if n.startswith(f"{pre}_")])
+    cycles = _num(as_dict(as_dict(_m(cell, f"{pre}_stop_latency_s")).get("stats")), "n")
+    return TableRow(
+        mode,
+        (
+            stop,
+            _value(cell, f"{pre}_release_latency_s", notes),
+            _value(cell, f"{pre}_to_last_token_s", notes),
+            after,
+            _leak(cell, mode, checks, notes),
+            _value(cell, f"{pre}_rss_slope_bytes_per_cycle", notes),
+            verdict,
+        ),
+        f"{cycles:g} counted cycles" if cycles else "",
+        data=mode,
+    )
+
+
+def _modes_table(cell: CellRecord, card: Card, modes: list[str], notes: Notes) -> None:
+    """The per-mode table, or the card's note when no mode measured anything."""
     checks = {c.name: c for c in card.checks}
-    modes = cancel_modes(cell)
-    rows = []
-    for mode in modes:
-        pre = f"cancel_{mode}"
-        took = checks.get(f"{pre}_took_effect")
-        bounded = checks.get(f"{pre}_tokens_after_bounded")
-        after = _value(cell, f"{pre}_tokens_after", notes)
-        after = _flagged(
-            after, bounded is not None and bounded.ok is False, bounded.detail if bounded else ""
-        )
-        stop = _value(cell, f"{pre}_stop_latency_s", notes)
-        stop = _flagged(stop, took is not None and took.ok is False, took.detail if took else "")
-        mode_checks = [c for n, c in checks.items() if n.startswith(f"{pre}_")]
-        failed = [c.name for c in mode_checks if c.ok is False]
-        verdict = (
-            Value(
-                f"{len(mode_checks) - len(failed)}/{len(mode_checks)} ok",
-                str(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("source") or "harness-clock"),
-                "; ".join(f"{c.name}: {c.detail}" for c in mode_checks),
-                None,
-                "v-FAIL" if failed else "v-PASS",
-            )
-            if mode_checks
-            else text("—", "no checks recorded for this mode")
-        )
-        cycles = _num(as_dict(as_dict(_m(cell, f"{pre}_stop_latency_s")).get("stats")), "n")
-        rows.append(
-            TableRow(
-                mode,
-                (
-                    stop,
-                    _value(cell, f"{pre}_release_latency_s", notes),
-                    _value(cell, f"{pre}_to_last_token_s", notes),
-                    after,
-                    _leak(cell, mode, checks, notes),
-                    _value(cell, f"{pre}_rss_slope_bytes_per_cycle", notes),
-                    verdict,
-                ),
-                f"{cycles:g} counted cycles" if cycles else "",
-                data=mode,
-            )
-        )
-    if rows:
-        card.tables.append(
-            Table(
-                "cancel modes",
-                (
-                    "mode",
-                    "cancel → stopped",
-                    "cancel → released",
-                    "cancel → last token",
-                    "tokens after cancel",
-                    "RSS after N vs 1 cycle",
-                    "RSS slope",
-                    "checks",
-                ),
-                tuple(rows),
-                "latencies: median over cycles; last token and tokens after the cancel: max",
-            )
-        )
-    else:
+    rows = [_mode_row(cell, mode, checks, notes) for mode in modes]
+    if not rows:
         card.note = card.note or "no cancel mode recorded a measurement"
-    state_rows = []
-    for key, label in (
-        ("state_bytes", "runtime state"),
-        ("kv_tokens", "KV tokens"),
-        ("busy_slots", "busy slots"),
-    ):
-        phases = [
-            f"cancel_{m}_{key}_{ph}"
-            for m in modes
-            for ph in ("during", "after_close", "after_release")
-        ]
+        return
+    card.tables.append(
+        Table(
+            "cancel modes",
+            (
+                "mode",
+                "cancel → stopped",
+                "cancel → released",
+                "cancel → last token",
+                "tokens after cancel",
+                "RSS after N vs 1 cycle",
+                "RSS slope",
+                "checks",
+            ),
+            tuple(rows),
+            "latencies: median over cycles; last token and tokens after the cancel: max",
+        )
+    )
+
+
+_STATE_PHASES = ("during", "after_close", "after_release")
+_STATE_KEYS = (
+    ("state_bytes", "runtime state"),
+    ("kv_tokens", "KV tokens"),
+    ("busy_slots", "busy slots"),
+)
+
+
+def _state_rows(cell: CellRecord, modes: list[str], notes: Notes) -> list[TableRow]:
+    """Runtime state per kind and mode, then the worker's or server's RSS per mode."""
+    rows = []
+    for key, label in _STATE_KEYS:
+        phases = [f"cancel_{m}_{key}_{ph}" for m in modes for ph in _STATE_PHASES]
         if any(_m(cell, k) for k in phases):
             for mode in modes:
-                state_rows.append(
+                rows.append(
                     TableRow(
                         f"{label} · {mode}",
                         tuple(
-                            _value(cell, f"cancel_{mode}_{key}_{ph}", notes)
-                            for ph in ("during", "after_close", "after_release")
+                            _value(cell, f"cancel_{mode}_{key}_{ph}", notes) for ph in _STATE_PHASES
                         ),
                     )
                 )
     for mode in modes:
         if any(_m(cell, f"cancel_{mode}_rss_{ph}_bytes") for ph in ("during", "after_release")):
             whose = as_dict(_m(cell, f"cancel_{mode}_rss_after_release_bytes")).get("process")
-            state_rows.append(
+            rows.append(
                 TableRow(
                     f"{'server' if 'own process' in str(whose) else 'worker'} RSS · {mode}",
                     tuple(
-                        _value(cell, f"cancel_{mode}_rss_{ph}_bytes", notes)
-                        for ph in ("during", "after_close", "after_release")
+                        _value(cell, f"cancel_{mode}_rss_{ph}_bytes", notes) for ph in _STATE_PHASES
                     ),
                 )
             )
-    if state_rows:
+    return rows
+
+
+def _state_table(cell: CellRecord, card: Card, modes: list[str], notes: Notes) -> None:
+    rows = _state_rows(cell, modes, notes)
+    if rows:
         card.tables.append(
             Table(
                 "memory and runtime state",
                 ("what", "during generation", "after the stream closed", "after release"),
-                tuple(state_rows),
+                tuple(rows),
                 "median over cycles",
             )
         )
+
+
+def _cancel_facts(cell: CellRecord, card: Card, modes: list[str], notes: Notes) -> None:
+    """RSS before the first cycle, tokens the client never saw, the mid-prefill cancel."""
     if _m(cell, "cancel_rss_before_bytes"):
         card.facts.append(
             Part("RSS before cycle 1", _value(cell, "cancel_rss_before_bytes", notes))
@@ -315,17 +330,29 @@ def _cancel(cell: dict[str, Any], card: Card, notes: Notes) -> None:
                 _value(cell, "cancel_prefill_released_s", notes),
             )
         )
+    card.facts.append(Part("mid-prefill cancel", _prefill_probe(cell, notes)))
+
+
+def _prefill_probe(cell: CellRecord, notes: Notes) -> Value:
+    """The mid-prefill cancel's latency, with aborted attempts and the uncancelled prefill."""
     probe = _m(cell, "cancel_prefill_latency_s")
     v = metric_value(probe, notes, "cancel_prefill_latency_s")
-    if probe and probe.get("value") is not None:
-        extra = [f"{probe['aborted']} attempts aborted" if probe.get("aborted") else ""]
-        if _num(probe, "uncancelled_prefill_s") is not None:
-            extra.append(f"uncancelled prefill {fmt_s(_num(probe, 'uncancelled_prefill_s'))}")
-        if probe.get("prefill_tokens"):
-            extra.append(f"{probe['prefill_tokens']}-token prompt")
-        title = "; ".join(x for x in [v.title, *extra] if x)
-        v = Value(v.text, v.source, title, v.note, v.css)
-    card.facts.append(Part("mid-prefill cancel", v))
+    if not probe or probe.get("value") is None:
+        return v
+    extra = [f"{probe['aborted']} attempts aborted" if probe.get("aborted") else ""]
+    if _num(probe, "uncancelled_prefill_s") is not None:
+        extra.append(f"uncancelled prefill {fmt_s(_num(probe, 'uncancelled_prefill_s'))}")
+    if probe.get("prefill_tokens"):
+        extra.append(f"{probe['prefill_tokens']}-token prompt")
+    title = "; ".join(x for x in [v.title, *extra] if x)
+    return Value(v.text, v.source, title, v.note, v.css)
+
+
+def _cancel(cell: CellRecord, card: Card, notes: Notes) -> None:
+    modes = cancel_modes(cell)
+    _modes_table(cell, card, modes, notes)
+    _state_table(cell, card, modes, notes)
+    _cancel_facts(cell, card, modes, notes)
 
 
 def fmt_s(value: float | None) -> str:
@@ -337,79 +364,90 @@ def fmt_s(value: float | None) -> str:
 # --- serve ----------------------------------------------------------------------------------
 
 
-def serve_levels(cell: dict[str, Any]) -> list[int]:
+def serve_levels(cell: CellRecord) -> list[int]:
     found = {int(m.group(1)) for k in _metrics(cell) if (m := _LEVEL.match(str(k)))}
     return sorted(found)
 
 
-def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
-    rows = []
-    for n in serve_levels(cell):
-        pre = f"serve_c{n}"
-        err = _m(cell, f"{pre}_errors")
-        ev = metric_value(err, notes, f"{pre}_errors")
-        if err and _num(err) is not None:
-            total = _num(err, "requests")
-            words = f"{_num(err):g}" + (f" of {total:g}" if total is not None else "")
-            ev = Value(
-                words,
-                ev.source,
-                "requests that did not complete",
-                None,
-                "v-FAIL" if _num(err) else "",
-            )
-        rows.append(
-            TableRow(
-                str(n),
-                (
-                    _value(cell, f"{pre}_ttft_p50_s", notes),
-                    _value(cell, f"{pre}_ttft_p90_s", notes),
-                    _value(cell, f"{pre}_ttft_p99_s", notes),
-                    _value(cell, f"{pre}_tpot_p50_s", notes),
-                    _value(cell, f"{pre}_tpot_p90_s", notes),
-                    _value(cell, f"{pre}_throughput_tps", notes),
-                    ev,
-                ),
-                data=str(n),
-            )
-        )
-    if rows:
-        card.tables.append(
-            Table(
-                "per concurrency",
-                (
-                    "concurrent streams",
-                    "TTFT p50",
-                    "TTFT p90",
-                    "TTFT p99",
-                    "TPOT p50",
-                    "TPOT p90",
-                    "tokens/s (all streams)",
-                    "errors",
-                ),
-                tuple(rows),
-                "client side; TTFT and TPOT pooled over rounds; throughput: median over rounds",
-            )
-        )
-    else:
+def _errors_value(cell: CellRecord, pre: str, notes: Notes) -> Value:
+    """Requests that did not complete at one level, as ``n of total``."""
+    err = _m(cell, f"{pre}_errors")
+    ev = metric_value(err, notes, f"{pre}_errors")
+    if not err or _num(err) is None:
+        return ev
+    total = _num(err, "requests")
+    words = f"{_num(err):g}" + (f" of {total:g}" if total is not None else "")
+    css = "v-FAIL" if _num(err) else ""
+    return Value(words, ev.source, "requests that did not complete", None, css)
+
+
+def _level_row(cell: CellRecord, n: int, notes: Notes) -> TableRow:
+    pre = f"serve_c{n}"
+    errors = _errors_value(cell, pre, notes)
+    return TableRow(
+        str(n),
+        (
+            _value(cell, f"{pre}_ttft_p50_s", notes),
+            _value(cell, f"{pre}_ttft_p90_s", notes),
+            _value(cell, f"{pre}_ttft_p99_s", notes),
+            _value(cell, f"{pre}_tpot_p50_s", notes),
+            _value(cell, f"{pre}_tpot_p90_s", notes),
+            _value(cell, f"{pre}_throughput_tps", notes),
+            errors,
+        ),
+        data=str(n),
+    )
+
+
+def _levels_table(cell: CellRecord, card: Card, notes: Notes) -> None:
+    """Client-side figures per concurrency level, or the card's note when none measured."""
+    rows = [_level_row(cell, n, notes) for n in serve_levels(cell)]
+    if not rows:
         card.note = card.note or "no concurrency level recorded a measurement"
+        return
+    card.tables.append(
+        Table(
+            "per concurrency",
+            (
+                "concurrent streams",
+                "TTFT p50",
+                "TTFT p90",
+                "TTFT p99",
+                "TPOT p50",
+                "TPOT p90",
+                "tokens/s (all streams)",
+                "errors",
+            ),
+            tuple(rows),
+            "client side; TTFT and TPOT pooled over rounds; throughput: median over rounds",
+        )
+    )
+
+
+def _serve(cell: CellRecord, card: Card, notes: Notes) -> None:
+    _levels_table(cell, card, notes)
     _server_counters(cell, card, notes)
     _invariance(cell, card, notes)
     if not _m(cell, "serve_survived"):  # served in process by the engine: no server to abuse
         card.facts.append(Part("startup", _value(cell, "serve_startup_s", notes)))
         return
+    _abuse(cell, card, notes)
+    _endpoints(cell, card, notes)
+
+
+def _survived(cell: CellRecord, notes: Notes) -> Value:
     survived = _m(cell, "serve_survived")
     sv = metric_value(survived, notes, "serve_survived")
-    if survived and survived.get("value") is not None:
-        sv = Value(
-            sv.text,
-            sv.source,
-            str(survived.get("detail") or sv.title),
-            None,
-            "v-PASS" if survived.get("value") == "yes" else "v-FAIL",
-        )
+    if not survived or survived.get("value") is None:
+        return sv
+    css = "v-PASS" if survived.get("value") == "yes" else "v-FAIL"
+    return Value(sv.text, sv.source, str(survived.get("detail") or sv.title), None, css)
+
+
+def _abuse(cell: CellRecord, card: Card, notes: Notes) -> None:
+    """How the server came through the abuse: disconnects, a slow consumer, startup."""
     card.facts += [
-        Part("survived the abuse", sv),
+        Part("survived the abuse", _survived(cell, notes)),
         Part("startup", _value(cell, "serve_startup_s", notes)),
         Part(
             "after a client disconnect, next TTFT",
@@ -429,6 +467,10 @@ def _serve(cell: dict[str, Any], card: Card, notes: Notes) -> None:
             "behind a slow consumer, TTFT", _value(cell, "serve_behind_slow_consumer_ttft_s", notes)
         ),
     ]
+
+
+def _endpoints(cell: CellRecord, card: Card, notes: Notes) -> None:
+    """/health and /metrics, answers to malformed requests, interrupted streams, server RSS."""
     for key, label in (("serve_health_status", "/health"), ("serve_metrics_status", "/metrics")):
         if _m(cell, key):
             card.facts.append(Part(label, _status(cell, key, notes, want_ok=True)))
@@ -458,7 +500,7 @@ _SERVER_COLUMNS = (
 )
 
 
-def _server_counters(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _server_counters(cell: CellRecord, card: Card, notes: Notes) -> None:
     """The server's own counters per concurrency level (``serve_c<N>_server_*``)."""
     levels = [n for n in serve_levels(cell) if _m(cell, f"serve_c{n}_server_tokens_predicted")]
     if not levels:
@@ -507,7 +549,7 @@ def _pair_value(v: Any, strict: bool) -> Value:
     return text(words, str(v.get("margin_detail") or ""), css)
 
 
-def _invariance(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _invariance(cell: CellRecord, card: Card, notes: Notes) -> None:
     """Batch invariance and session isolation: per request, each pair of runs."""
     inv = as_dict(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("invariance"))
     reqs = [r for r in as_list(inv.get("requests")) if isinstance(r, dict)]
@@ -554,7 +596,7 @@ def _invariance(cell: dict[str, Any], card: Card, notes: Notes) -> None:
     card.facts.append(Part("batch invariance", _value(cell, "serve_invariance", notes)))
 
 
-def _status(cell: dict[str, Any], key: str, notes: Notes, *, want_ok: bool) -> Value:
+def _status(cell: CellRecord, key: str, notes: Notes, *, want_ok: bool) -> Value:
     """An HTTP status: an endpoint should answer < 400; a malformed request should get a 4xx."""
     metric = _m(cell, key)
     v = metric_value(metric, notes, key)
@@ -573,7 +615,7 @@ def _t(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _traces(cell: dict[str, Any], card: Card) -> None:
+def _traces(cell: CellRecord, card: Card) -> None:
     traces = [
         t
         for t in as_list(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("traces"))
@@ -631,7 +673,7 @@ def _traces(cell: dict[str, Any], card: Card) -> None:
 # --- the panel ------------------------------------------------------------------------------
 
 
-def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes: Notes) -> Card:
+def _card(col: Column, anchor: str, cell: CellRecord, vary: list[str], notes: Notes) -> Card:
     found = scenario_of(cell)
     scenario = found.value if found is not None else "?"
     outcome = as_dict(cell.get("outcome"))
@@ -676,7 +718,7 @@ def _card(col: Column, anchor: str, cell: dict[str, Any], vary: list[str], notes
     return card
 
 
-def _sample(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _sample(cell: CellRecord, card: Card, notes: Notes) -> None:
     """The sampler panel: parameters, the order documented and found, each check's result."""
     sampler = as_dict(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("sampler"))
     params = as_dict(sampler.get("params"))
@@ -714,7 +756,7 @@ def _sample(cell: dict[str, Any], card: Card, notes: Notes) -> None:
                                  tuple(rows)))  # fmt: skip
 
 
-def _none(cell: dict[str, Any], card: Card, notes: Notes) -> None:
+def _none(cell: CellRecord, card: Card, notes: Notes) -> None:
     card.note = f"no view for scenario {card.scenario!r}; its metrics are in the evidence"
 
 

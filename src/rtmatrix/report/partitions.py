@@ -32,8 +32,9 @@ from rtmatrix.report.views import (
     unavailable,
     varying_params,
 )
+from rtmatrix.results.records import CellRecord
+from rtmatrix.runtimes.onnxruntime import records as ort
 
-CPU = "CPUExecutionProvider"
 PHASES = ("prefill", "decode")
 MAX_ROWS = 40  # partitions and boundary tensors listed per cell; the rest stay in the evidence
 TOP_OPS = 4
@@ -45,7 +46,7 @@ class Entry:
 
     anchor: str
     col: Column
-    cell: dict[str, Any]
+    cell: CellRecord
     role: str | None  # "delegate" | "control" | None (placement says neither)
     delegate: str | None
     part: dict[str, Any]  # evidence.partitions when it holds an analysis, else {}
@@ -79,28 +80,26 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _short(ep: Any) -> str:
-    return str(ep).removesuffix("ExecutionProvider") or str(ep)
-
-
-def role_of(cell: dict[str, Any]) -> tuple[str | None, str | None]:
-    """(role, delegate): from ``evidence.partitions.role``, else from the providers requested."""
+def role_of(cell: CellRecord) -> tuple[str | None, str | None]:
+    """(role, delegate): as ``evidence.partitions`` or ``evidence.placement`` says it (``role``,
+    ``delegate``), else from the providers an ONNX Runtime cell requested (older records)."""
     ev = as_dict(cell.get("evidence"))
-    part = as_dict(ev.get("partitions"))
-    if part.get("role") in ("delegate", "control"):
-        delegate = part.get("delegate")
-        return str(part["role"]), str(delegate) if delegate else None
+    placement = as_dict(ev.get("placement"))
+    for said in (as_dict(ev.get("partitions")), placement):
+        if said.get("role") in ("delegate", "control"):
+            delegate = said.get("delegate")
+            return str(said["role"]), str(delegate) if delegate else None
     requested = [
         str(p[0] if isinstance(p, list | tuple) and p else p)
-        for p in as_list(as_dict(ev.get("placement")).get("requested"))
+        for p in as_list(placement.get("requested"))
     ]
-    accel = [p for p in requested if p != CPU]
+    accel = ort.delegates(requested)
     if accel:
         return "delegate", accel[0]
     return ("control", None) if requested else (None, None)
 
 
-def _entry(col: Column, anchor: str, cell: dict[str, Any]) -> Entry | None:
+def _entry(col: Column, anchor: str, cell: CellRecord) -> Entry | None:
     ev = as_dict(cell.get("evidence"))
     raw = ev.get("partitions")
     placement = as_dict(ev.get("placement"))
@@ -119,7 +118,7 @@ def _entry(col: Column, anchor: str, cell: dict[str, Any]) -> Entry | None:
     return Entry(anchor, col, cell, role, delegate, part, placement, why)
 
 
-def _pair_key(run_index: int, cell: dict[str, Any]) -> str:
+def _pair_key(run_index: int, cell: CellRecord) -> str:
     fx = as_dict(cell.get("fixture"))
     return json.dumps(
         [run_index, fx.get("name"), fx.get("dtype"), fx.get("variant"), cell.get("params")],
@@ -128,7 +127,7 @@ def _pair_key(run_index: int, cell: dict[str, Any]) -> str:
     )
 
 
-def _status(cell: dict[str, Any]) -> str:
+def _status(cell: CellRecord) -> str:
     return str(as_dict(cell.get("outcome")).get("status") or "?")
 
 
@@ -151,7 +150,7 @@ def _partitions(e: Entry, notes: Notes) -> Value:
         on = _num(e.part.get("delegate_partitions"))
         by_ep: dict[str, int] = {}
         for p in as_list(e.part.get("per_partition")):
-            ep = _short(as_dict(p).get("ep"))
+            ep = ort.short_name(as_dict(p).get("ep"))
             by_ep[ep] = by_ep.get(ep, 0) + 1
         title = ", ".join(f"{k} ×{v}" for k, v in by_ep.items()) or _sources(
             e, "partition_definition"
@@ -251,7 +250,7 @@ def _coverage_row(e: Entry, notes: Notes, label: str, first: bool) -> TableRow:
     t_pre, share_pre = _time(e, "prefill", notes)
     t_dec, share_dec = _time(e, "decode", notes)
     role = e.role or "?"
-    help_ = f"{e.col.label} · {role}" + (f" {_short(e.delegate)}" if e.delegate else "")
+    help_ = f"{e.col.label} · {role}" + (f" {ort.short_name(e.delegate)}" if e.delegate else "")
     if e.placement.get("fallback"):
         help_ += " · fell back"
     if _status(e.cell) != "ok":
@@ -307,8 +306,8 @@ def _ratio(
     return Value(f"{r:.2f}×", "matrix", title, None, css), r < 1
 
 
-def _tps(cell: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
-    m = as_dict(as_dict((cell or {}).get("metrics")).get(key))
+def _tps(cell: CellRecord | None, key: str) -> dict[str, Any] | None:
+    m = as_dict(as_dict(as_dict(cell).get("metrics")).get(key))
     return m or None
 
 
@@ -360,126 +359,160 @@ def _phase_bytes(d: dict[str, Any], key: str, sub: str) -> Value:
     )
 
 
+def _ops_text(p: dict[str, Any]) -> Value:
+    """A partition's most frequent ops (all of them on hover)."""
+    ops = sorted(
+        ((str(k), int(v)) for k, v in as_dict(p.get("ops")).items() if _num(v) is not None),
+        key=lambda kv: -kv[1],
+    )
+    op_text = ", ".join(f"{k} ×{v}" for k, v in ops[:TOP_OPS])
+    op_text += f", +{len(ops) - TOP_OPS} more" if len(ops) > TOP_OPS else ""
+    return text(op_text, ", ".join(f"{k} ×{v}" for k, v in ops))
+
+
+def _partition_row(e: Entry, p: dict[str, Any]) -> TableRow:
+    times = [_num(as_dict(p.get("time_us")).get(ph)) for ph in PHASES]
+    return TableRow(
+        str(p.get("id", "?")),
+        (
+            text(ort.short_name(p.get("ep"))),
+            text(str(p.get("subgraph") or "")),
+            Value(
+                f"{_num(p.get('nodes')) or 0:g}",
+                "analysis",
+                f"{p.get('first_node')} … {p.get('last_node')}",
+            ),
+            _ops_text(p),
+            _phase_bytes(p, "in_bytes", "from_partitions"),
+            _phase_bytes(p, "out_bytes", "to_partitions"),
+            *(
+                Value(fmt_us(t), "analysis", f"{ph}: profiling")
+                if t is not None
+                else text("—", f"no {ph} time")
+                for ph, t in zip(PHASES, times, strict=True)
+            ),
+        ),
+        css="role-delegate" if e.delegate and p.get("ep") == e.delegate else "",
+    )
+
+
+def _tensor_row(t: dict[str, Any]) -> TableRow:
+    shapes = as_dict(t.get("shape"))
+    per = as_dict(t.get("bytes_per_token"))
+    return TableRow(
+        str(t.get("tensor", "?")),
+        (
+            text(f"{t.get('from')} → {', '.join(str(x) for x in as_list(t.get('to')))}"),
+            text(str(t.get("dtype") or "?")),
+            *(text("×".join(str(d) for d in as_list(shapes.get(ph))) or "?") for ph in PHASES),
+            *(
+                Value(fmt_bytes(v), "analysis", f"{ph}: bytes crossing per token")
+                if (v := _num(per.get(ph))) is not None
+                else text("?", "shape unknown")
+                for ph in PHASES
+            ),
+        ),
+    )
+
+
+_PARTITION_HEADS = (
+    "partition",
+    "EP",
+    "subgraph",
+    "nodes",
+    "ops",
+    "in from partitions",
+    "out to partitions",
+    "prefill time",
+    "decode time",
+)
+_TENSOR_HEADS = (
+    "tensor",
+    "from → to",
+    "dtype",
+    "shape prefill",
+    "shape decode",
+    "bytes/token prefill",
+    "bytes/token decode",
+)
+
+
+def _left_out(e: Entry, parts: int, tensors: int) -> str:
+    """What the tables leave to the cell's evidence ("" when nothing)."""
+    left = []
+    if parts > MAX_ROWS:
+        left.append(f"{parts - MAX_ROWS} more partitions")
+    more_t = tensors - MAX_ROWS + int(_num(e.part.get("tensors_left_out")) or 0)
+    if more_t > 0:
+        left.append(f"{more_t} more boundary tensors")
+    return "; ".join(left) + (" in the cell's evidence" if left else "")
+
+
 def _detail(e: Entry, title: str) -> Detail | None:
     parts = [as_dict(p) for p in as_list(e.part.get("per_partition"))]
     tensors = [as_dict(t) for t in as_list(e.part.get("tensors"))]
     if not parts and not tensors:
         return None
-    prow = []
-    for p in parts[:MAX_ROWS]:
-        ops = sorted(
-            ((str(k), int(v)) for k, v in as_dict(p.get("ops")).items() if _num(v) is not None),
-            key=lambda kv: -kv[1],
-        )
-        op_text = ", ".join(f"{k} ×{v}" for k, v in ops[:TOP_OPS])
-        op_text += f", +{len(ops) - TOP_OPS} more" if len(ops) > TOP_OPS else ""
-        times = [_num(as_dict(p.get("time_us")).get(ph)) for ph in PHASES]
-        prow.append(
-            TableRow(
-                str(p.get("id", "?")),
-                (
-                    text(_short(p.get("ep"))),
-                    text(str(p.get("subgraph") or "")),
-                    Value(
-                        f"{_num(p.get('nodes')) or 0:g}",
-                        "analysis",
-                        f"{p.get('first_node')} … {p.get('last_node')}",
-                    ),
-                    text(op_text, ", ".join(f"{k} ×{v}" for k, v in ops)),
-                    _phase_bytes(p, "in_bytes", "from_partitions"),
-                    _phase_bytes(p, "out_bytes", "to_partitions"),
-                    *(
-                        Value(fmt_us(t), "analysis", f"{ph}: profiling")
-                        if t is not None
-                        else text("—", f"no {ph} time")
-                        for ph, t in zip(PHASES, times, strict=True)
-                    ),
-                ),
-                css="role-delegate" if e.delegate and p.get("ep") == e.delegate else "",
-            )
-        )
-    trow = []
-    for t in tensors[:MAX_ROWS]:
-        shapes = as_dict(t.get("shape"))
-        per = as_dict(t.get("bytes_per_token"))
-        trow.append(
-            TableRow(
-                str(t.get("tensor", "?")),
-                (
-                    text(f"{t.get('from')} → {', '.join(str(x) for x in as_list(t.get('to')))}"),
-                    text(str(t.get("dtype") or "?")),
-                    *(
-                        text("×".join(str(d) for d in as_list(shapes.get(ph))) or "?")
-                        for ph in PHASES
-                    ),
-                    *(
-                        Value(fmt_bytes(v), "analysis", f"{ph}: bytes crossing per token")
-                        if (v := _num(per.get(ph))) is not None
-                        else text("?", "shape unknown")
-                        for ph in PHASES
-                    ),
-                ),
-            )
-        )
-    left = []
-    if len(parts) > MAX_ROWS:
-        left.append(f"{len(parts) - MAX_ROWS} more partitions")
-    more_t = len(tensors) - MAX_ROWS + int(_num(e.part.get("tensors_left_out")) or 0)
-    if more_t > 0:
-        left.append(f"{more_t} more boundary tensors")
+    prow = tuple(_partition_row(e, p) for p in parts[:MAX_ROWS])
+    trow = tuple(_tensor_row(t) for t in tensors[:MAX_ROWS])
     return Detail(
         e.anchor,
         title,
-        Table(
-            "partitions",
-            (
-                "partition",
-                "EP",
-                "subgraph",
-                "nodes",
-                "ops",
-                "in from partitions",
-                "out to partitions",
-                "prefill time",
-                "decode time",
-            ),
-            tuple(prow),
-            "bytes: prefill run / decode run",
-        )
+        Table("partitions", _PARTITION_HEADS, prow, "bytes: prefill run / decode run")
         if prow
         else None,
-        Table(
-            "boundary tensors",
-            (
-                "tensor",
-                "from → to",
-                "dtype",
-                "shape prefill",
-                "shape decode",
-                "bytes/token prefill",
-                "bytes/token decode",
-            ),
-            tuple(trow),
-        )
-        if trow
-        else None,
-        "; ".join(left) + (" in the cell's evidence" if left else ""),
+        Table("boundary tensors", _TENSOR_HEADS, trow) if trow else None,
+        _left_out(e, len(parts), len(tensors)),
     )
 
 
 # --- the panel ------------------------------------------------------------------------------
 
+_COVERAGE_HEADS = (
+    "fixture",
+    "partitions",
+    "nodes on the delegate",
+    "boundary tensors",
+    "boundary bytes/token prefill",
+    "boundary bytes/token decode",
+    "prefill run",
+    "share on delegate",
+    "decode run",
+    "share on delegate",
+)
+_VERSUS_HEADS = (
+    "fixture",
+    "partitions",
+    "nodes on the delegate",
+    "PP on",
+    "PP off",
+    "PP on/off",
+    "TG on",
+    "TG off",
+    "TG on/off",
+    "verdict",
+)
 
-def panel(cols: list[Column], notes: Notes) -> Panel:
-    entries = [e for col in cols for a, c in col.cells if (e := _entry(col, a, c)) is not None]
-    delegates = [e for e in entries if e.role == "delegate"]
-    if not delegates:
-        why = (
-            "no cell asked for a delegate (an execution provider besides the CPU one)"
-            if entries
-            else "no cell carries placement evidence (the ONNX Runtime rows report it)"
-        )
-        return Panel(note=f"no data: {why}; see matrix/openvino.toml and matrix/placement.toml")
+
+@dataclass(frozen=True)
+class _Pairing:
+    """The panel's cells in order: groups of one fixture and parameters, delegate cells first,
+    and the control cell each delegate cell is compared with (ok ones first)."""
+
+    groups: list[list[Entry]]
+    controls: dict[str, Entry]  # the first ok control cell per pair key
+    all_controls: dict[str, Entry]  # the first control cell per pair key, whatever its outcome
+    vary: list[str]
+
+    @property
+    def shown(self) -> list[Entry]:
+        return [e for g in self.groups for e in g]
+
+    def label(self, e: Entry) -> str:
+        return e.label + (f" {params_label(e.cell, self.vary)}" if self.vary else "")
+
+
+def _pairing(entries: list[Entry]) -> _Pairing:
     controls: dict[str, Entry] = {}
     all_controls: dict[str, Entry] = {}
     for e in entries:
@@ -499,70 +532,69 @@ def panel(cols: list[Column], notes: Notes) -> Panel:
         for g in order.values()
         if any(e.role == "delegate" or e.part for e in g)
     ]
-    shown = [e for g in groups for e in g]
-    starts = {id(g[0]) for g in groups}
-    vary = varying_params([e.cell for e in shown])
+    vary = varying_params([e.cell for g in groups for e in g])
+    return _Pairing(groups, controls, all_controls, vary)
 
-    def label(e: Entry) -> str:
-        return e.label + (f" {params_label(e.cell, vary)}" if vary else "")
 
-    coverage = Table(
+def _coverage_table(pairing: _Pairing, notes: Notes) -> Table:
+    starts = {id(g[0]) for g in pairing.groups}
+    return Table(
         "coverage vs boundaries",
-        (
-            "fixture",
-            "partitions",
-            "nodes on the delegate",
-            "boundary tensors",
-            "boundary bytes/token prefill",
-            "boundary bytes/token decode",
-            "prefill run",
-            "share on delegate",
-            "decode run",
-            "share on delegate",
-        ),
-        tuple(_coverage_row(e, notes, label(e), id(e) in starts) for e in shown),
+        _COVERAGE_HEADS,
+        tuple(_coverage_row(e, notes, pairing.label(e), id(e) in starts) for e in pairing.shown),
         "time: one profiled run per phase (prefill of the prompt, one decode step); "
         "hover a time for its split over partitions",
     )
+
+
+def _no_control(pairing: _Pairing, key: str) -> str:
+    """Why a delegate cell has no control to compare with."""
+    other = pairing.all_controls.get(key)
+    if other:
+        return f"the control cell ({other.col.label}) ended with outcome {_status(other.cell)}"
+    return "no control cell (delegate off: CPU EP only) with this fixture and params in this run"
+
+
+def _versus_table(
+    pairing: _Pairing, delegates: list[Entry], notes: Notes
+) -> tuple[Table, list[str]]:
+    """Each delegate cell against its control; and "fixture (column): PP, TG" where it lost."""
     rows, slower = [], []
     for e in delegates:
         key = _pair_key(e.col.run_index, e.cell)
-        ctl = controls.get(key)
-        why = ""
-        if ctl is None:
-            other = all_controls.get(key)
-            why = (
-                f"the control cell ({other.col.label}) ended with outcome {_status(other.cell)}"
-                if other
-                else "no control cell (delegate off: CPU EP only) with this fixture and params "
-                "in this run"
-            )
-        row, worse = _versus_row(e, ctl, why, notes, label(e))
+        ctl = pairing.controls.get(key)
+        why = "" if ctl is not None else _no_control(pairing, key)
+        row, worse = _versus_row(e, ctl, why, notes, pairing.label(e))
         rows.append(row)
         if worse:
-            slower.append(f"{label(e)} ({e.col.label}): {', '.join(worse)}")
+            slower.append(f"{pairing.label(e)} ({e.col.label}): {', '.join(worse)}")
     versus = Table(
         "delegate on vs off",
-        (
-            "fixture",
-            "partitions",
-            "nodes on the delegate",
-            "PP on",
-            "PP off",
-            "PP on/off",
-            "TG on",
-            "TG off",
-            "TG on/off",
-            "verdict",
-        ),
+        _VERSUS_HEADS,
         tuple(rows),
         "PP/TG: harness clock, median; ratio < 1: the delegate is slower than its control",
     )
+    return versus, slower
+
+
+def panel(cols: list[Column], notes: Notes) -> Panel:
+    entries = [e for col in cols for a, c in col.cells if (e := _entry(col, a, c)) is not None]
+    delegates = [e for e in entries if e.role == "delegate"]
+    if not delegates:
+        why = (
+            "no cell asked for a delegate (an execution provider besides the CPU one)"
+            if entries
+            else "no cell carries placement evidence (the ONNX Runtime rows report it)"
+        )
+        return Panel(note=f"no data: {why}; see matrix/openvino.toml and matrix/placement.toml")
+    pairing = _pairing(entries)
+    coverage = _coverage_table(pairing, notes)
+    versus, slower = _versus_table(pairing, delegates, notes)
     details = [
         d
-        for e in shown
+        for e in pairing.shown
         if e.part
-        and (d := _detail(e, f"{label(e)} · {e.col.label} · {e.role}")) is not None
+        and (d := _detail(e, f"{pairing.label(e)} · {e.col.label} · {e.role}")) is not None
         and len(as_list(e.part.get("per_partition"))) > 1
     ]
     return Panel(coverage, versus, details, None, slower)

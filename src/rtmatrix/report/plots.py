@@ -11,12 +11,13 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from rtmatrix.metrics import registry
+from rtmatrix.names import M
 from rtmatrix.report.views import (
-    COLD_START,
     Column,
     as_dict,
     as_list,
@@ -28,6 +29,7 @@ from rtmatrix.report.views import (
     params_text,
     scenario_of,
 )
+from rtmatrix.results.records import CellRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -50,6 +52,13 @@ MAX_BARS = 40
 DEPTH_KEYS = ("prompt_tokens", "n_ctx")  # context depth: tokens in context, else its size
 RATIO_TICKS = (0.25, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 RATIO_TICKS_WIDE = (0.001, 0.01, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 100.0, 1000.0)
+# labels, units and scales of the metrics come from the metric registry; a plot names which
+# metrics it draws: the PP/TG figure its group's members (dots: the runtime's counters), the
+# cold-start split its group's parts, the context figure and the history these panels
+THROUGHPUT_PANELS = registry.in_group(registry.GROUP_THROUGHPUT)
+COUNTER_OF = {M.PP_TPS: M.PP_TPS_COUNTER, M.TG_TPS: M.TG_TPS_COUNTER}
+COLD_START_PARTS = registry.in_group(registry.GROUP_COLD_START)
+CONTEXT_PANELS = (M.PEAK_RSS_OS, M.PP_TPS, M.TG_TPS)
 
 
 @dataclass(frozen=True)
@@ -105,14 +114,14 @@ def _attr(text: str) -> str:
     return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
 
 
-def _value(metric: dict[str, Any] | None) -> float | None:
+def _value(metric: Mapping[str, Any] | None) -> float | None:
     if not metric or not isinstance(metric.get("value"), int | float):
         return None
     value = float(metric["value"])
     return value if math.isfinite(value) else None
 
 
-def _normal_cells(col: Column) -> list[dict[str, Any]]:
+def _normal_cells(col: Column) -> list[CellRecord]:
     return normal_cells(c for _, c in col.cells)
 
 
@@ -132,11 +141,11 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     )
     if base:
         caption += f" At {params_text(base)}."
-    series: list[tuple[str, dict[str, dict[str, Any]]]] = []
+    series: list[tuple[str, dict[str, CellRecord]]] = []
     cats: list[str] = []
     for col in cols:
         cells = {fixture_label(c): c for c in _normal_cells(col) if c["params"] == base}
-        cells = {k: c for k, c in cells.items() if _value(c["metrics"].get("pp_tps")) is not None}
+        cells = {k: c for k, c in cells.items() if _value(c["metrics"].get(M.PP_TPS)) is not None}
         if cells:
             series.append((col.label, cells))
             cats += [k for k in cells if k not in cats]
@@ -146,15 +155,15 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
     if isinstance(made, str):
         return Plot("pp-tg", title, caption, note=made)
     fig, _ = made
-    axes = fig.subplots(1, 2)
+    axes = fig.subplots(1, len(THROUGHPUT_PANELS), squeeze=False)[0]
     width = 0.8 / len(series)
-    for ax, (key, label) in zip(axes, (("pp", "PP"), ("tg", "TG")), strict=True):
+    for ax, panel in zip(axes, THROUGHPUT_PANELS, strict=True):
         for si, (name, cells) in enumerate(series):
             xs, ys, lo, hi, cx, cy = [], [], [], [], [], []
             busy: list[bool] = []
             for ci, cat in enumerate(cats):
                 cell = cells.get(cat)
-                m = cell["metrics"].get(f"{key}_tps") if cell else None
+                m = cell["metrics"].get(panel.name) if cell else None
                 v = _value(m)
                 if v is None or m is None:
                     continue
@@ -165,7 +174,7 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
                 busy.append(bool(cell and cell.get("contended")))
                 lo.append(max(0.0, v - float(stats.get("min", v))))
                 hi.append(max(0.0, float(stats.get("max", v)) - v))
-                counter = _value(cell["metrics"].get(f"{key}_tps_counter")) if cell else None
+                counter = _value(cell["metrics"].get(COUNTER_OF[panel.name])) if cell else None
                 if counter is not None:
                     cx.append(x)
                     cy.append(counter)
@@ -195,8 +204,8 @@ def throughput_by_quant(cols: Sequence[Column]) -> Plot:
             rotation=30 if len(cats) > 3 else 0,
             ha="right" if len(cats) > 3 else "center",
         )
-        ax.set_ylabel(f"{label} tokens/s")
-        ax.set_title(label)
+        ax.set_ylabel(registry.axis_of(panel.name).label)
+        ax.set_title(panel.label)
         _style(ax)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(
@@ -214,11 +223,11 @@ def _mark_contended(patches: Sequence[Any], busy: Sequence[bool]) -> None:
             patch.set_linewidth(1.2)
 
 
-def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dict[str, Any]]]]:
+def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[CellRecord]]]:
     """Cells that ran ok, pooled per runtime, model and dtype (across fixture names), by depth."""
-    lines: list[tuple[str, list[dict[str, Any]]]] = []
+    lines: list[tuple[str, list[CellRecord]]] = []
     for col in cols:
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        groups: dict[tuple[str, str], list[CellRecord]] = {}
         for c in _normal_cells(col):
             if c["outcome"]["status"] != "ok":
                 continue
@@ -238,7 +247,7 @@ def _depth_lines(cols: Sequence[Column], depth: str) -> list[tuple[str, list[dic
 
 
 def _ring_contended(
-    ax: Axes, cells: Sequence[dict[str, Any]], depth: str, key: str, scale: float
+    ax: Axes, cells: Sequence[CellRecord], depth: str, key: str, scale: float
 ) -> None:
     """A red ring around the points of cells that ran contended."""
     pts = [
@@ -282,12 +291,8 @@ def context_scaling(cols: Sequence[Column]) -> Plot:
         return Plot("context", title, caption, note=made)
     fig, _ = made
     axes = fig.subplots(1, 3)
-    panels = (
-        ("peak_rss_os_bytes", "peak RSS (MiB)", 2.0**-20),
-        ("pp_tps", "PP tokens/s", 1.0),
-        ("tg_tps", "TG tokens/s", 1.0),
-    )
-    for ax, (key, ylabel, scale) in zip(axes, panels, strict=True):
+    for ax, key in zip(axes, CONTEXT_PANELS, strict=True):
+        ylabel, scale = registry.axis_of(key).label, registry.axis_of(key).scale
         drawn = 0
         for li, (label, cells) in enumerate(lines):
             pts = [
@@ -335,7 +340,7 @@ def cold_start_split(cols: Sequence[Column]) -> Plot:
     cells, prefixes, splits = [], [], []
     for col in cols:
         for c in _normal_cells(col):
-            parts = [_value(c["metrics"].get(k)) for k, _ in COLD_START]
+            parts = [_value(c["metrics"].get(part.name)) for part in COLD_START_PARTS]
             if any(p is not None for p in parts):
                 cells.append(c)
                 busy = " (contended)" if c.get("contended") else ""
@@ -354,9 +359,9 @@ def cold_start_split(cols: Sequence[Column]) -> Plot:
     ax = fig.subplots()
     ys = list(range(len(bars)))[::-1]
     left = [0.0] * len(bars)
-    for pi, (_, phase) in enumerate(COLD_START):
+    for pi, part in enumerate(COLD_START_PARTS):
         widths = [b[1][pi] * 1e3 for b in bars]
-        ax.barh(ys, widths, 0.7, left=left, color=PHASE_COLOURS[pi], label=phase)
+        ax.barh(ys, widths, 0.7, left=left, color=PHASE_COLOURS[pi], label=part.label)
         left = [lft + w for lft, w in zip(left, widths, strict=True)]
     ax.set_yticks(ys, [b[0] for b in bars], fontsize=8)
     ax.set_xlabel("ms")
@@ -425,7 +430,7 @@ def upgrade_ratios(ratios: Sequence[Ratio], baseline: str, candidate: str) -> Pl
 QUANTILE_STYLES = (("p50", "-", "o"), ("p90", "--", "s"), ("p99", ":", "^"))
 
 
-def _scenario_cells(cols: Sequence[Column], scenario: str) -> list[tuple[str, dict[str, Any]]]:
+def _scenario_cells(cols: Sequence[Column], scenario: str) -> list[tuple[str, CellRecord]]:
     """(legend label, cell) of every cell that ran ``scenario``."""
     cells, prefixes = [], []
     for col in cols:
@@ -631,13 +636,14 @@ class HistPanel:
     ylabel: str
     scale: float
 
+    @classmethod
+    def of(cls, metric: str) -> HistPanel:
+        """The panel of a metric, labelled and scaled as the metric registry's plot axis."""
+        axis = registry.axis_of(metric)
+        return cls(str(metric), axis.label, axis.scale)
 
-HIST_PANELS = (
-    HistPanel("pp_tps", "PP tokens/s", 1.0),
-    HistPanel("tg_tps", "TG tokens/s", 1.0),
-    HistPanel("peak_rss_os_bytes", "peak RSS (MiB)", 2.0**-20),
-    HistPanel("cold_start_total_s", "cold start (ms)", 1e3),
-)
+
+HIST_PANELS = tuple(HistPanel.of(m) for m in (M.PP_TPS, M.TG_TPS, M.PEAK_RSS_OS, M.COLD_TOTAL))
 
 
 def _segments(points: Sequence[HistPoint]) -> list[list[HistPoint]]:

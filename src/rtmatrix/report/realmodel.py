@@ -10,7 +10,6 @@ selection matrix and the grid below it. A run without a real model has no such t
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from rtmatrix.report.views import (
     ROWS,
@@ -29,6 +28,7 @@ from rtmatrix.report.views import (
     unavailable,
     varying_params,
 )
+from rtmatrix.results.records import CellRecord
 
 #: the selection matrix's criteria that the real-model table repeats, in its order
 CRITERIA = (
@@ -44,7 +44,7 @@ CRITERIA = (
 TEXT_CHARS = 160  # generated text shown; the whole text is on hover
 
 
-def is_real(cell: dict[str, Any]) -> bool:
+def is_real(cell: CellRecord) -> bool:
     """A cell of a real checkpoint's text-prompted generation (its record names the source)."""
     return bool(as_dict(cell.get("fixture")).get("source"))
 

@@ -12,7 +12,6 @@ import hashlib
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
@@ -29,6 +28,7 @@ from rtmatrix.report import (
     views,
 )
 from rtmatrix.report.views import fmt_value
+from rtmatrix.results.records import RunRecord
 
 __all__ = ["fmt_value", "render_report"]
 
@@ -83,7 +83,7 @@ def _shown(cols: list[views.Column], by_matrix: bool = True) -> list[views.Colum
     return shown
 
 
-def _upgrades(runs: list[dict[str, Any]], baseline: dict[str, Any] | None) -> list[Any]:
+def _upgrades(runs: list[RunRecord], baseline: RunRecord | None) -> list[upgrade.Upgrade]:
     """Each run against the baseline (a results folder may hold the baseline itself)."""
     if baseline is None:
         return []
@@ -91,8 +91,8 @@ def _upgrades(runs: list[dict[str, Any]], baseline: dict[str, Any] | None) -> li
 
 
 def render_html(
-    runs: list[dict[str, Any]],
-    baseline: dict[str, Any] | None = None,
+    runs: list[RunRecord],
+    baseline: RunRecord | None = None,
     comparison: upgrade.ComparisonView | None = None,
     paired: Sequence[history.PairedMark] = (),
 ) -> str:
@@ -133,9 +133,9 @@ def render_html(
 
 
 def render_report(
-    runs: list[dict[str, Any]],
+    runs: list[RunRecord],
     out_dir: Path,
-    baseline: dict[str, Any] | None = None,
+    baseline: RunRecord | None = None,
     comparison: upgrade.ComparisonView | None = None,
     paired: Sequence[history.PairedMark] = (),
 ) -> Path:

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from rtmatrix.report.views import Column, Item, Notes, Part, Row, Value, as_dict, cell_label
+from rtmatrix.results.records import CellRecord
 
 LAYERS = (
     ("format", "the container and its version, the stored tensor types / op types"),
@@ -45,7 +46,7 @@ def _short(layer: str, data: dict[str, Any]) -> str:
     return "recorded (hover)"
 
 
-def _item(cell: dict[str, Any], layer: str) -> Item | None:
+def _item(cell: CellRecord, layer: str) -> Item | None:
     st = as_dict(as_dict(cell.get("evidence")).get("stack"))
     if not st:
         return None

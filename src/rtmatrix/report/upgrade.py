@@ -25,6 +25,7 @@ from typing import Any
 from rtmatrix.report.plots import Plot, Ratio, upgrade_ratios
 from rtmatrix.report.views import fmt_value
 from rtmatrix.results.diff import diff_runs
+from rtmatrix.results.records import RunRecord
 
 # regressions first: new failures, significant worsening, not comparable, then the rest
 MARK_ORDER = ("!", "-", "x", "~", "+", "*", "=")
@@ -185,13 +186,13 @@ def _ratios(moved: list[Change], every: list[Change]) -> list[Ratio]:
     return [Ratio(f"{ch.key} {ch.metric}", ch.ratio or 0.0, ch.cls) for ch in picked]
 
 
-def _version(run: dict[str, Any], name: str, version: Any) -> str:
+def _version(run: RunRecord, name: str, version: Any) -> str:
     if version:
         return str(version)
     return "not installed" if name in run.get("runtimes", {}) else "absent"
 
 
-def view(baseline: dict[str, Any], candidate: dict[str, Any]) -> Upgrade:
+def view(baseline: RunRecord, candidate: RunRecord) -> Upgrade:
     data = diff_runs(baseline, candidate).to_dict()
     moved, unchanged, every = changes(data)
     ran = {c["runtime"] for run in (baseline, candidate) for c in run["cells"]}
@@ -436,7 +437,7 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def render_comparison(doc: dict[str, Any], runs: list[dict[str, Any]], out_dir: Path) -> Path:
+def render_comparison(doc: dict[str, Any], runs: list[RunRecord], out_dir: Path) -> Path:
     """``out_dir/index.html``: the comparison first, then the matrix of the sides' ``runs``."""
     from rtmatrix.report.render import render_report
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.matrix import options_text
-from rtmatrix.names import SCENARIO_PREFIX, M, Scenario
+from rtmatrix.metrics import registry
+from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Source, Verdict
+from rtmatrix.results.records import CellRecord, MetricRecord, ParityRecord, RunRecord, value_of
+from rtmatrix.runtimes.llama_cpp.records import legacy_reference_tool
+from rtmatrix.scenarios import metric_prefixes
 
 # Where a shown value came from: the metric sources, plus what the report derives itself.
 SOURCES: dict[str, tuple[str, str]] = {
@@ -36,7 +40,7 @@ SOURCES: dict[str, tuple[str, str]] = {
     "evidence": ("ev", "reported by the runtime (log lines, device lists, placement)"),
     "reference-tool": (
         "ref",
-        "the runtime's own tools (llama-bench, llama-perplexity), same file and settings",
+        "the runtime's own benchmark and quality tools, same file and settings",
     ),
     "analysis": (
         "an",
@@ -47,12 +51,8 @@ SOURCES: dict[str, tuple[str, str]] = {
 # The canonical fixture family is one llama-architecture decoder (fixtures/model.py).
 FIXTURE_ARCH = "llama"
 MAX_LISTED = 6  # per-cell values listed in a selection entry before it shows a range instead
-COLD_START = (
-    (M.COLD_PROCESS, "process"),
-    (M.COLD_IMPORT, "import"),
-    (M.COLD_LOAD, "load"),
-    (M.COLD_FIRST_TOKEN, "first token"),
-)
+# the cold-start split's parts and labels, from the metric registry
+COLD_START = tuple((s.name, s.label) for s in registry.in_group(registry.GROUP_COLD_START))
 VERDICT_ORDER = (Verdict.FAIL, Verdict.WARN, Verdict.PASS, Verdict.UNAVAILABLE)
 
 
@@ -68,7 +68,7 @@ def fmt_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
-def fmt_value(metric: dict[str, Any]) -> str:
+def fmt_value(metric: Mapping[str, Any]) -> str:
     """A metric's value in its unit, for people."""
     value, unit = metric.get("value"), str(metric.get("unit") or "")
     if value is None:
@@ -214,7 +214,7 @@ class Pick:
     """The cell whose figures a row shows for one of its fixtures, and why when it is not the
     newest run's (that one ran contended)."""
 
-    cell: dict[str, Any]
+    cell: CellRecord
     run_id: str
     version: str
     why: str = ""
@@ -226,17 +226,18 @@ class Column:
     matrix and of the fixture grid."""
 
     run_index: int
-    run: dict[str, Any]
+    run: RunRecord
     runtime: str
-    info: dict[str, Any]
-    cells: list[tuple[str, dict[str, Any]]]  # (evidence anchor id, cell)
+    info: Mapping[str, Any]  # the run's runtimes entry ({} for a runtime it does not list)
+    cells: list[tuple[str, CellRecord]]  # (evidence anchor id, cell)
     headline: dict[str, Any] | None = None  # the params its selection values are read at
     target: str | None = None  # the [[targets]] label its cells ran on (rtmatrix.fleet)
 
     def _host(self, key: str) -> dict[str, Any]:
         """The host block's ``key`` of the first cell that ran on a fleet host, else {}."""
         for _, c in self.cells:
-            value = (c.get("host") or {}).get(key)
+            host: Mapping[str, Any] = c.get("host") or {}
+            value = host.get(key)
             if isinstance(value, dict) and value:
                 return value
         return {}
@@ -280,7 +281,7 @@ class GridRow:
     key: str
     label: str
     detail: str
-    cells: list[tuple[str, dict[str, Any]] | None]  # one per column
+    cells: list[tuple[str, CellRecord] | None]  # one per column
 
 
 def as_dict(value: Any) -> dict[str, Any]:
@@ -299,8 +300,11 @@ def unavailable(reason: str, notes: Notes, text: str = "unavailable") -> Value:
     return Value(text, Source.UNAVAILABLE, reason, notes.number(reason), "na")
 
 
-def metric_value(metric: dict[str, Any] | None, notes: Notes, name: str = "") -> Value:
-    """A metric dict -> Value with its source; hover shows method and spread."""
+def metric_value(
+    metric: MetricRecord | Mapping[str, Any] | None, notes: Notes, name: str = ""
+) -> Value:
+    """A metric dict -> Value with its source; hover shows method and spread. (The panels also
+    show figures they derive in the shape of a metric record: hence any mapping.)"""
     if metric is None:
         return unavailable(f"the cell recorded no {name or 'value'}", notes, "—")
     if not isinstance(metric, dict):
@@ -329,11 +333,11 @@ TG_REFERENCE_RATIO = M.TG_REFERENCE_RATIO
 LOAD_FREE = {Source.PACKAGE_METADATA}
 
 
-def contention_badge(cell: dict[str, Any]) -> Badge | None:
+def contention_badge(cell: CellRecord) -> Badge | None:
     """The mark every figure of a contended cell carries: the host was busy outside it."""
     if not cell.get("contended"):
         return None
-    busy = as_dict(as_dict(cell.get("metrics")).get(M.HOST_BUSY_CORES))
+    busy = as_dict(cell["metrics"].get(M.HOST_BUSY_CORES))
     cores, limit = busy.get("value"), busy.get("threshold_cores")
     said = f"{cores:.2f} cores" if isinstance(cores, int | float) else "CPU"
     text = f"contended · {said} busy" if isinstance(cores, int | float) else "contended"
@@ -384,7 +388,7 @@ def rank_badges(rank: Rank | None) -> list[Badge]:
     return out
 
 
-def figure_value(col: Column, cell: dict[str, Any], key: str, notes: Notes) -> Value:
+def figure_value(col: Column, cell: CellRecord, key: str, notes: Notes) -> Value:
     """A cell's metric as shown in the selection matrix: its value and source, marked when the
     cell ran contended, with its rank among the rows and its spread when known."""
     metric = cell["metrics"].get(key)
@@ -395,7 +399,7 @@ def figure_value(col: Column, cell: dict[str, Any], key: str, notes: Notes) -> V
     return replace(value, badges=tuple(b for b in badges if b is not None))
 
 
-def cell_badge(cell: dict[str, Any], metric: Any) -> Badge | None:
+def cell_badge(cell: CellRecord, metric: MetricRecord | None) -> Badge | None:
     """The contention mark for one of the cell's figures (none for metadata figures, nor where
     there is no figure: an unavailable value carries its reason instead)."""
     if not isinstance(metric, dict) or metric.get("value") is None:
@@ -405,14 +409,14 @@ def cell_badge(cell: dict[str, Any], metric: Any) -> Badge | None:
     return contention_badge(cell)
 
 
-def marked_metric(metric: Any, notes: Notes, name: str, cell: dict[str, Any]) -> Value:
+def marked_metric(metric: MetricRecord | None, notes: Notes, name: str, cell: CellRecord) -> Value:
     """A metric of the evidence panel, with the contention mark of its cell."""
     value = metric_value(metric if isinstance(metric, dict) else None, notes, name)
     badge = cell_badge(cell, metric)
     return replace(value, badges=(badge,)) if badge else value
 
 
-def ratio_value(cell: dict[str, Any], key: str, ref_key: str, own_key: str, notes: Notes) -> Value:
+def ratio_value(cell: CellRecord, key: str, ref_key: str, own_key: str, notes: Notes) -> Value:
     """rtmatrix ÷ the runtime's own benchmark tool, as ``0.86×``, with both figures on hover."""
     metrics = cell["metrics"]
     metric = metrics.get(key)
@@ -433,14 +437,15 @@ def ratio_value(cell: dict[str, Any], key: str, ref_key: str, own_key: str, note
     )
 
 
-def reference_tool(cell: dict[str, Any]) -> str:
-    """The reference tool's name as its figure records it (llama-bench for llama.cpp)."""
+def reference_tool(cell: CellRecord) -> str:
+    """The reference tool's name as its figures record it (``tool``); where no figure names it
+    (the tool never ran), as the runtime's home knows it for its rows, else "reference tool"."""
     metrics = as_dict(cell.get("metrics"))
     for key in (M.PP_TPS_REFERENCE, M.TG_TPS_REFERENCE):
         tool = as_dict(metrics.get(key)).get("tool")
         if isinstance(tool, str) and tool:
             return tool
-    return "llama-bench" if str(cell.get("runtime", "")).startswith("llama") else "reference tool"
+    return legacy_reference_tool(str(cell.get("runtime", ""))) or "reference tool"
 
 
 # --- columns and labels --------------------------------------------------------------------
@@ -450,7 +455,7 @@ def anchor(run_index: int, cell_index: int) -> str:
     return f"ev-{run_index}-{cell_index}"
 
 
-def columns(runs: list[dict[str, Any]], ran_only: bool = False) -> list[Column]:
+def columns(runs: list[RunRecord], ran_only: bool = False) -> list[Column]:
     """One column per runtime row (and target) of each run, in run order, then matrix order;
     with ``ran_only``, rows without a cell in that run (they did not run) are left out."""
     cols = []
@@ -458,7 +463,7 @@ def columns(runs: list[dict[str, Any]], ran_only: bool = False) -> list[Column]:
         names = list(run.get("runtimes", {}))
         names += [c["runtime"] for c in run["cells"] if c["runtime"] not in names]
         for name in dict.fromkeys(names):
-            info = run.get("runtimes", {}).get(name, {})
+            info: Mapping[str, Any] = run.get("runtimes", {}).get(name, {})
             mine = [
                 (anchor(ri, ci), c) for ci, c in enumerate(run["cells"]) if c["runtime"] == name
             ]
@@ -474,13 +479,13 @@ def columns(runs: list[dict[str, Any]], ran_only: bool = False) -> list[Column]:
     return cols
 
 
-def row_key(cell: dict[str, Any]) -> str:
+def row_key(cell: CellRecord) -> str:
     """The cell's key without its runtime: the same fixture and params across runtimes."""
     key = str(cell["key"])
     return key.split("|", 1)[1] if "|" in key else key
 
 
-def fixture_label(cell: dict[str, Any]) -> str:
+def fixture_label(cell: CellRecord) -> str:
     fx = cell["fixture"]
     text = str(fx.get("name"))
     if fx.get("dtype"):
@@ -490,7 +495,7 @@ def fixture_label(cell: dict[str, Any]) -> str:
     return text
 
 
-def distinct_labels(cells: list[dict[str, Any]], prefix: list[str]) -> list[str]:
+def distinct_labels(cells: list[CellRecord], prefix: list[str]) -> list[str]:
     """``prefix[i]`` + fixture label, plus the params that tell same-labelled cells apart."""
     base = [f"{p}{fixture_label(c)}" for p, c in zip(prefix, cells, strict=True)]
     out = []
@@ -501,7 +506,7 @@ def distinct_labels(cells: list[dict[str, Any]], prefix: list[str]) -> list[str]
     return out
 
 
-def varying_params(cells: Iterable[dict[str, Any]]) -> list[str]:
+def varying_params(cells: Iterable[CellRecord]) -> list[str]:
     seen: dict[str, set[Any]] = {}
     for c in cells:
         for k, v in c["params"].items():
@@ -520,11 +525,11 @@ def params_text(params: dict[str, Any], keys: Iterable[str] | None = None) -> st
     )
 
 
-def params_label(cell: dict[str, Any], keys: Iterable[str] | None = None) -> str:
+def params_label(cell: CellRecord, keys: Iterable[str] | None = None) -> str:
     return params_text(cell["params"], keys)
 
 
-def cell_label(cell: dict[str, Any], vary: list[str]) -> str:
+def cell_label(cell: CellRecord, vary: list[str]) -> str:
     label = fixture_label(cell)
     return f"{label} {params_label(cell, vary)}" if vary else label
 
@@ -544,39 +549,39 @@ def _scenario_named(value: object) -> Scenario | bool | None:
     return None if sc is Scenario.GENERATE else sc
 
 
-def scenario_of(cell: dict[str, Any]) -> Scenario | None:
+def scenario_of(cell: CellRecord) -> Scenario | None:
     """The lifecycle scenario a cell ran, or None for the plain timed generation: the cell's
     ``scenario`` when the record has it (the fixture's in older records, the ``lifecycle_checks``
     metric's in older still), else which scenario's metric family the cell has
-    (``rtmatrix.names.SCENARIO_PREFIX``). A cell that ended before measuring in a record without
-    any of these counts as a plain generation."""
-    metrics = as_dict(cell.get("metrics"))
+    (``rtmatrix.scenarios.metric_prefixes()``). A cell that ended before measuring in a record
+    without any of these counts as a plain generation."""
+    metrics = cell["metrics"]
     for recorded in (
         cell.get("scenario"),
-        as_dict(cell.get("fixture")).get("scenario"),
+        cell["fixture"].get("scenario"),
         as_dict(metrics.get(M.LIFECYCLE_CHECKS)).get("scenario"),
     ):
         found = _scenario_named(recorded)
         if found is not False:
             return found if isinstance(found, Scenario) else None
-    for sc, prefix in SCENARIO_PREFIX.items():
+    for sc, prefix in metric_prefixes().items():
         if any(str(k).startswith(prefix) for k in metrics):
             return sc
     return None
 
 
-def normal_cells(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def normal_cells(cells: Iterable[CellRecord]) -> list[CellRecord]:
     """Cells of the plain timed generation expected to run: no expected error (failing-model
     variants expect one; a variant expected to run, such as a partition fixture, counts) and no
     lifecycle scenario (those have their own panel)."""
     return [c for c in cells if c.get("expect", "ok") == "ok" and scenario_of(c) is None]
 
 
-def _normal(col: Column) -> list[dict[str, Any]]:
+def _normal(col: Column) -> list[CellRecord]:
     return normal_cells(c for _, c in col.cells)
 
 
-def common_params(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def common_params(cells: Iterable[CellRecord]) -> dict[str, Any] | None:
     """The params most cells share (first seen wins a tie): where runtimes and dtypes compare."""
     counts: dict[str, tuple[int, dict[str, Any]]] = {}
     for c in cells:
@@ -585,18 +590,18 @@ def common_params(cells: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     return max(counts.values(), key=lambda t: t[0])[1] if counts else None
 
 
-def headline_cells(col: Column) -> list[dict[str, Any]]:
+def headline_cells(col: Column) -> list[CellRecord]:
     """The column's ordinary cells at its headline params: one per fixture and dtype; where the
     newest run's cell ran contended, the cell picked in its stead (``Column.picks``)."""
     return [picked(col, c) for c in _normal(col) if c["params"] == col.headline]
 
 
-def picked(col: Column, cell: dict[str, Any]) -> dict[str, Any]:
+def picked(col: Column, cell: CellRecord) -> CellRecord:
     pick = col.picks.get(str(cell["key"]))
     return pick.cell if pick else cell
 
 
-def pick_item(col: Column, cell: dict[str, Any], label: str, parts: tuple[Part, ...]) -> Item:
+def pick_item(col: Column, cell: CellRecord, label: str, parts: tuple[Part, ...]) -> Item:
     """An entry line; it names the run its figures come from when that is an older one."""
     pick = col.picks.get(str(cell["key"]))
     if pick is None or not pick.why:
@@ -605,7 +610,7 @@ def pick_item(col: Column, cell: dict[str, Any], label: str, parts: tuple[Part, 
 
 
 def _per_cell(
-    col: Column, notes: Notes, parts: Callable[[dict[str, Any]], list[Part]], what: str
+    col: Column, notes: Notes, parts: Callable[[CellRecord], list[Part]], what: str
 ) -> list[Item]:
     cells = headline_cells(col)
     if not cells:
@@ -731,9 +736,9 @@ def _max_context(col: Column, notes: Notes) -> list[Item]:
     return [Item("", (Part("", Value(text, "matrix", title)),))]
 
 
-def _by_dtype(col: Column) -> dict[str, list[dict[str, Any]]]:
+def _by_dtype(col: Column) -> dict[str, list[CellRecord]]:
     """The column's ordinary cells grouped by dtype (a user's file: ``native``)."""
-    by_dtype: dict[str, list[dict[str, Any]]] = {}
+    by_dtype: dict[str, list[CellRecord]] = {}
     for c in _normal(col):
         by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
     return by_dtype
@@ -755,7 +760,7 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
     return items
 
 
-def _dtype_settings(cells: list[dict[str, Any]], row_opts: str) -> Value:
+def _dtype_settings(cells: list[CellRecord], row_opts: str) -> Value:
     """What one dtype of a row needed on this host: its row's settings, or a control's."""
     statuses = [str(c["outcome"]["status"]) for c in cells]
     controls = [c for c in cells if c.get("control")]
@@ -787,8 +792,13 @@ def _settings_needed(col: Column, notes: Notes) -> list[Item]:
     return [Item(d, (Part("", _dtype_settings(cs, row_opts)),)) for d, cs in by_dtype.items()]
 
 
+def _seconds(metric: MetricRecord) -> float:
+    """A cold-start figure's value: a number of seconds (its cell was picked for having one)."""
+    return float(cast(float, metric["value"]))
+
+
 def _cold_start(col: Column, notes: Notes) -> list[Item]:
-    cells = [c for c in headline_cells(col) if c["metrics"].get(M.COLD_TOTAL, {}).get("value")]
+    cells = [c for c in headline_cells(col) if value_of(c["metrics"].get(M.COLD_TOTAL))]
     if not cells:
         why = "no cell reached its first token"
         total = [c["metrics"].get(M.COLD_TOTAL) for c in headline_cells(col)]
@@ -801,8 +811,8 @@ def _cold_start(col: Column, notes: Notes) -> list[Item]:
     items = [pick_item(col, ref, fixture_label(ref), tuple(parts))]
     if len(cells) > 1:
         totals = [c["metrics"][M.COLD_TOTAL] for c in cells]
-        lo = min(totals, key=lambda m: float(m["value"]))
-        hi = max(totals, key=lambda m: float(m["value"]))
+        lo = min(totals, key=_seconds)
+        hi = max(totals, key=_seconds)
         span = f"{fmt_value(lo)} … {fmt_value(hi)}" if lo is not hi else fmt_value(lo)
         value = Value(span, str(lo["source"]))
         items.append(Item(f"total over {len(cells)} cells", (Part("", value),)))
@@ -819,8 +829,13 @@ class Fig:
     optional: bool = False  # shown only where the cell recorded it (reference figures)
     ratio_of: tuple[str, str] | None = None  # (reference, own): shown as own ÷ reference
 
+    @classmethod
+    def of(cls, key: M, *, detail: bool = False, optional: bool = False) -> Fig:
+        """A figure labelled as the metric registry labels ``key``."""
+        return cls(key, registry.spec(key).label, detail, optional)
 
-def _fig_part(col: Column, cell: dict[str, Any], fig: Fig, notes: Notes) -> Part | None:
+
+def _fig_part(col: Column, cell: CellRecord, fig: Fig, notes: Notes) -> Part | None:
     if fig.optional and fig.key not in cell["metrics"]:
         return None
     if fig.ratio_of is None:
@@ -832,7 +847,7 @@ def _fig_part(col: Column, cell: dict[str, Any], fig: Fig, notes: Notes) -> Part
 
 def _metric_row(*figs: Fig, what: str) -> Callable[[Column, Notes], list[Item]]:
     def entry(col: Column, notes: Notes) -> list[Item]:
-        def parts(cell: dict[str, Any]) -> list[Part]:
+        def parts(cell: CellRecord) -> list[Part]:
             found = (_fig_part(col, cell, f, notes) for f in figs)
             return [p for p in found if p is not None]
 
@@ -842,15 +857,15 @@ def _metric_row(*figs: Fig, what: str) -> Callable[[Column, Notes], list[Item]]:
 
 
 QUALITY_FIGS = (
-    Fig(M.KLD_MEAN, "KLD"),
-    Fig(M.SAME_TOP, "same top"),
-    Fig(M.PPL, "ppl"),
-    Fig(M.KLD_REFERENCE_RATIO, "KLD ÷ tool", optional=True),
-    Fig(M.KLD_P99, "KLD p99", True),
-    Fig(M.PPL_REFERENCE, "ppl ref", True),
-    Fig(M.KLD_REFERENCE, "tool KLD", True, optional=True),
-    Fig(M.SAME_TOP_REFERENCE, "tool same top", True, optional=True),
-    Fig(M.SAME_TOP_REFERENCE_DIFF, "same top − tool", True, optional=True),
+    Fig.of(M.KLD_MEAN),
+    Fig.of(M.SAME_TOP),
+    Fig.of(M.PPL),
+    Fig.of(M.KLD_REFERENCE_RATIO, optional=True),
+    Fig.of(M.KLD_P99, detail=True),
+    Fig.of(M.PPL_REFERENCE, detail=True),
+    Fig.of(M.KLD_REFERENCE, detail=True, optional=True),
+    Fig.of(M.SAME_TOP_REFERENCE, detail=True, optional=True),
+    Fig.of(M.SAME_TOP_REFERENCE_DIFF, detail=True, optional=True),
 )
 
 
@@ -922,8 +937,8 @@ def _placement(col: Column, notes: Notes) -> list[Item]:
     items = []
     counts = []
     for _, c in col.cells:
-        n = as_dict(as_dict(c["evidence"]).get("partitions")).get("partitions")
-        n = as_dict(as_dict(c["evidence"]).get("placement")).get("partitions") if n is None else n
+        n = as_dict(c["evidence"].get("partitions")).get("partitions")
+        n = as_dict(c["evidence"].get("placement")).get("partitions") if n is None else n
         if isinstance(n, int) and not isinstance(n, bool):
             counts.append((fixture_label(c), n))
     if layers:
@@ -961,7 +976,7 @@ def _lifecycle(col: Column, notes: Notes) -> list[Item]:
         return [Item("", (Part("", value),))]
     items = []
     for sc, c in found:
-        metrics = as_dict(c.get("metrics"))
+        metrics = c["metrics"]
         lc = metrics.get(M.LIFECYCLE_CHECKS)
         checks = metric_value(lc if isinstance(lc, dict) else None, notes, M.LIFECYCLE_CHECKS)
         passed = str(checks.text).split("/")
@@ -1003,13 +1018,13 @@ def _outcomes(col: Column, notes: Notes) -> list[Item]:
 
 
 def _parity(col: Column, notes: Notes) -> list[Item]:
-    def parts(cell: dict[str, Any]) -> list[Part]:
+    def parts(cell: CellRecord) -> list[Part]:
         return [Part("", parity_value(cell["parity"], notes))]
 
     return _per_cell(col, notes, parts, "parity")
 
 
-def parity_value(par: dict[str, Any], notes: Notes) -> Value:
+def parity_value(par: ParityRecord, notes: Notes) -> Value:
     if par.get("status") != "measured":
         return unavailable(str(par.get("reason") or "no reason recorded"), notes)
     err = par.get("max_abs_logit_err")
@@ -1074,13 +1089,13 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
         "TTFT / TPOT",
         "time to first token; time per output token (p90 in all figures)",
         _metric_row(
-            Fig(M.TTFT, "TTFT"), Fig(M.TPOT, "TPOT"), Fig(M.TOKEN_P90, "p90", True), what="latency"
+            Fig.of(M.TTFT), Fig.of(M.TPOT), Fig.of(M.TOKEN_P90, detail=True), what="latency"
         ),
     ),
     (
         "power",
         "mean power and energy per cell",
-        _metric_row(Fig(M.POWER, "power"), Fig(M.ENERGY, "energy"), what="power"),
+        _metric_row(Fig.of(M.POWER), Fig.of(M.ENERGY), what="power"),
     ),
     (
         "license",
@@ -1121,7 +1136,7 @@ def selection(cols: list[Column], notes: Notes) -> list[Row]:
 
 def grid(cols: list[Column]) -> list[GridRow]:
     """Rows: each fixture × params seen in any column; a cell per column (or None)."""
-    keys: dict[str, dict[str, Any]] = {}
+    keys: dict[str, CellRecord] = {}
     for col in cols:
         for _, c in col.cells:
             keys.setdefault(row_key(c), c)
@@ -1190,7 +1205,7 @@ class Summary:
     verdicts: dict[str, int] = field(default_factory=dict)
 
 
-def summary(runs: list[dict[str, Any]], cols: list[Column]) -> Summary:
+def summary(runs: list[RunRecord], cols: list[Column]) -> Summary:
     out = Summary(len(runs), len(cols), sum(len(r["cells"]) for r in runs))
     for r in runs:
         for c in r["cells"]:

@@ -48,6 +48,7 @@ from rtmatrix.results.paired import (
     PairedVerdict,
     decide,
 )
+from rtmatrix.results.records import CellRecord, MetricRecord, value_of
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_NEW_FAILURE, EXIT_INCONCLUSIVE, EXIT_BAD_INPUT = 0, 1, 2, 3, 4
 RESULT_OF = {
@@ -76,23 +77,24 @@ class RoundRecord:
     round: int
     side: str  # "a" or "b"
     position: int  # 0: ran first in its round, 1: second
-    record: dict[str, Any]
+    record: CellRecord
 
 
 # --------------------------------------------------------------------------- tables
 
 
-def round_value(metric: Mapping[str, Any] | None) -> tuple[float | None, int]:
+def round_value(metric: MetricRecord | None) -> tuple[float | None, int]:
     """A process's value of a metric: the median of its counted repetitions (``samples``), else
     its single value; with the number of samples behind it (1 for a single value)."""
-    if not metric or not isinstance(metric.get("value"), int | float):
+    value = value_of(metric)
+    if not metric or not isinstance(value, int | float):
         return None, 0
-    if isinstance(metric["value"], bool):
+    if isinstance(value, bool):
         return None, 0
     samples = metric.get("samples")
     if isinstance(samples, list) and samples:
         return float(statistics.median(float(s) for s in samples)), len(samples)
-    return float(metric["value"]), 1
+    return float(value), 1
 
 
 def _by_round(records: Iterable[RoundRecord]) -> dict[tuple[str, int], dict[str, RoundRecord]]:
@@ -102,11 +104,11 @@ def _by_round(records: Iterable[RoundRecord]) -> dict[tuple[str, int], dict[str,
     return out
 
 
-def _ok(rec: Mapping[str, Any]) -> bool:
+def _ok(rec: CellRecord) -> bool:
     return bool(rec["outcome"]["status"] == "ok")
 
 
-def _contended(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+def _contended(a: CellRecord, b: CellRecord) -> str:
     return "+".join(s for s, r in zip(SIDES, (a, b), strict=True) if r.get("contended"))
 
 
@@ -122,7 +124,8 @@ def _round_rows(key: str, rnd: int, pair: dict[str, RoundRecord]) -> list[dict[s
         vb, nb = round_value(b["metrics"].get(name))
         if va is None and vb is None:
             continue
-        unit = (a["metrics"].get(name) or b["metrics"].get(name) or {}).get("unit", "")
+        found = a["metrics"].get(name) or b["metrics"].get(name)
+        unit = found.get("unit", "") if found else ""
         rows.append(
             {
                 "cell": key, "metric": name, "round": rnd, "a": va, "b": vb, "unit": unit,
@@ -155,7 +158,7 @@ def processes_table(records: Iterable[RoundRecord]) -> pd.DataFrame:
             "status": r.record["outcome"]["status"],
             "verdict": r.record["verdict"],
             "contended": bool(r.record.get("contended")),
-            "host_busy_cores": (r.record["metrics"].get("host_busy_cores") or {}).get("value"),
+            "host_busy_cores": value_of(r.record["metrics"].get("host_busy_cores")),
             "wall_s": r.record.get("wall_s"),
         }
         for r in records
@@ -208,7 +211,7 @@ class CellResult:
         }
 
 
-def _counts(recs: Sequence[dict[str, Any]]) -> dict[str, int]:
+def _counts(recs: Sequence[CellRecord]) -> dict[str, int]:
     return dict(Counter(str(r["outcome"]["status"]) for r in recs))
 
 
@@ -216,12 +219,12 @@ def _counts_text(side: str, counts: Mapping[str, int]) -> str:
     return f"{side.upper()}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
 
 
-def worst(recs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def worst(recs: Sequence[CellRecord]) -> CellRecord:
     """The side's worst record over the rounds (the first, among equals)."""
     return max(recs, key=outcome_rank)
 
 
-def judge_cell(key: str, recs: Mapping[str, Sequence[dict[str, Any]]], rounds: int) -> CellResult:
+def judge_cell(key: str, recs: Mapping[str, Sequence[CellRecord]], rounds: int) -> CellResult:
     """``recs``: side -> the cell's records over the rounds, in round order."""
     wa, wb = worst(recs["a"]), worst(recs["b"])
     mark, reasons = outcome_mark(wa, wb)
@@ -250,9 +253,9 @@ def judge_cell(key: str, recs: Mapping[str, Sequence[dict[str, Any]]], rounds: i
     )
 
 
-def records_by_cell(records: Iterable[RoundRecord]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+def records_by_cell(records: Iterable[RoundRecord]) -> dict[str, dict[str, list[CellRecord]]]:
     """key -> side -> records in round order (cells in the order first seen)."""
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    out: dict[str, dict[str, list[CellRecord]]] = {}
     for r in sorted(records, key=lambda r: r.round):
         out.setdefault(r.key, {"a": [], "b": []})[r.side].append(r.record)
     return out

@@ -73,12 +73,17 @@ from __future__ import annotations
 
 import difflib
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from rtmatrix.metrics import registry
+from rtmatrix.metrics.registry import FALLBACK_THRESHOLD as FALLBACK_THRESHOLD
+from rtmatrix.metrics.registry import Direction as Direction
+from rtmatrix.metrics.registry import direction_of as direction_of
 from rtmatrix.outcome import Status, Verdict
+from rtmatrix.results.records import CellRecord, MetricRecord, RunRecord
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
 DEFAULT_ALPHA = 0.01
@@ -98,11 +103,6 @@ class Mark(StrEnum):
 
 MARK_ORDER = tuple(Mark)  # the order of the counts and of the text output
 SIDES = ("base", "candidate")
-
-
-class Direction(StrEnum):
-    HIGHER = "higher"  # higher is better
-    LOWER = "lower"
 
 
 @dataclass(frozen=True)
@@ -125,35 +125,9 @@ class CheckError(ValueError):
     """A ``--fail`` spec that cannot be used; the message lists the valid metric names."""
 
 
-# name -> (direction, default threshold, checked by the gate by default)
-KNOWN_METRICS: dict[str, tuple[Direction, float, bool]] = {
-    "pp_tps": (Direction.HIGHER, 0.10, True),
-    "tg_tps": (Direction.HIGHER, 0.10, True),
-    "pp_tps_counter": (Direction.HIGHER, 0.10, False),
-    "tg_tps_counter": (Direction.HIGHER, 0.10, False),
-    "ttft_s": (Direction.LOWER, 0.10, False),
-    "tpot_s": (Direction.LOWER, 0.10, False),
-    "token_latency_p50_s": (Direction.LOWER, 0.25, False),
-    "token_latency_p90_s": (Direction.LOWER, 0.25, False),
-    "cold_start_process_s": (Direction.LOWER, 0.50, False),
-    "cold_start_import_s": (Direction.LOWER, 0.50, False),
-    "cold_start_load_s": (Direction.LOWER, 0.50, False),
-    "cold_start_first_token_s": (Direction.LOWER, 0.50, False),
-    "cold_start_total_s": (Direction.LOWER, 0.50, False),
-    "peak_rss_sampled_bytes": (Direction.LOWER, 0.10, False),
-    "peak_rss_os_bytes": (Direction.LOWER, 0.10, True),
-    "package_size_bytes": (Direction.LOWER, 0.20, True),
-    "energy_j": (Direction.LOWER, 0.10, False),
-    "power_w": (Direction.LOWER, 0.10, False),
-}
-FALLBACK_THRESHOLD = 0.10
-_SUFFIX_DIRECTION = (
-    ("_tps", Direction.HIGHER),
-    ("_s", Direction.LOWER),
-    ("_bytes", Direction.LOWER),
-    ("_j", Direction.LOWER),
-    ("_w", Direction.LOWER),
-)
+# name -> (direction, default threshold, checked by the gate by default): the compared entries
+# of the metric registry (rtmatrix.metrics.registry), in its order
+KNOWN_METRICS: dict[str, tuple[Direction, float, bool]] = registry.compared()
 _VERDICT_RANK = {Verdict.PASS: 0, Verdict.WARN: 1, Verdict.FAIL: 2}
 # with the same verdict, how bad the outcome is: a clean error beats a crash
 _STATUS_SEVERITY = {
@@ -166,12 +140,6 @@ _STATUS_SEVERITY = {
     Status.HANG: 3,
 }
 _WORST = 3
-
-
-def direction_of(metric: str) -> Direction | None:
-    if metric in KNOWN_METRICS:
-        return KNOWN_METRICS[metric][0]
-    return next((d for suffix, d in _SUFFIX_DIRECTION if metric.endswith(suffix)), None)
 
 
 def default_checks() -> dict[str, Check]:
@@ -233,7 +201,7 @@ def parse_checks(specs: Iterable[str], metrics: Iterable[str] = ()) -> dict[str,
     return checks
 
 
-def run_metric_names(*runs: dict[str, Any]) -> set[str]:
+def run_metric_names(*runs: RunRecord) -> set[str]:
     return {name for run in runs for cell in run.get("cells", []) for name in cell["metrics"]}
 
 
@@ -289,7 +257,7 @@ class Side:
     kind: str | None = None
 
     @classmethod
-    def of(cls, cell: dict[str, Any]) -> Side:
+    def of(cls, cell: CellRecord) -> Side:
         out = cell["outcome"]
         kind = out.get("error_kind")
         return cls(cell["verdict"], out["status"], str(out.get("message", "")), kind)
@@ -415,7 +383,11 @@ def _finite(x: float | None) -> float | None:
 # --------------------------------------------------------------------------- metrics
 
 
-def _samples(metric: dict[str, Any]) -> list[float] | None:
+#: a side without the metric, read as the record of one with no keys
+_NO_METRIC: Mapping[str, Any] = {}
+
+
+def _samples(metric: MetricRecord) -> list[float] | None:
     s = metric.get("samples")
     return [float(v) for v in s] if isinstance(s, list) and s else None
 
@@ -445,7 +417,7 @@ def _significance_note(st: SampleTest) -> str:
     return "single values: threshold only"
 
 
-def _missing_side(b: dict[str, Any] | None, c: dict[str, Any] | None) -> tuple[str, str] | None:
+def _missing_side(b: MetricRecord | None, c: MetricRecord | None) -> tuple[str, str] | None:
     """(the side without a value, why), or None when both sides have one."""
     if b is None or c is None:
         return ("base", "only in the candidate") if b is None else ("candidate", "only in the base")
@@ -459,14 +431,14 @@ def _missing_side(b: dict[str, Any] | None, c: dict[str, Any] | None) -> tuple[s
 
 def compare_metric(
     name: str,
-    b: dict[str, Any] | None,
-    c: dict[str, Any] | None,
+    b: MetricRecord | None,
+    c: MetricRecord | None,
     check: Check | None = None,
     alpha: float = DEFAULT_ALPHA,
 ) -> MetricDiff:
     check = check or Check(name, FALLBACK_THRESHOLD, gate=False)
-    unit = str((c or b or {}).get("unit", ""))
-    bv, cv = (b or {}).get("value"), (c or {}).get("value")
+    unit = str((c or b or _NO_METRIC).get("unit", ""))
+    bv, cv = (b or _NO_METRIC).get("value"), (c or _NO_METRIC).get("value")
     missing = _missing_side(b, c)
     if missing is not None:
         side, why = missing
@@ -490,10 +462,17 @@ def compare_metric(
     return _compare_numbers(name, unit, b, c, check, alpha)
 
 
+def _number(metric: MetricRecord) -> float:
+    """The value of a metric :func:`compare_metric` found on both sides and not text."""
+    value = metric["value"]
+    assert value is not None and not isinstance(value, str)  # compare_metric says so
+    return float(value)
+
+
 def _compare_numbers(
-    name: str, unit: str, b: dict[str, Any], c: dict[str, Any], check: Check, alpha: float
+    name: str, unit: str, b: MetricRecord, c: MetricRecord, check: Check, alpha: float
 ) -> MetricDiff:
-    bv, cv = float(b["value"]), float(c["value"])
+    bv, cv = _number(b), _number(c)
     bs, cs = _samples(b), _samples(c)
     change = _change(bv, cv)
     direction = direction_of(name)
@@ -528,11 +507,11 @@ def _compare_numbers(
 # --------------------------------------------------------------------------- cells
 
 
-def machine_differences(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
+def machine_differences(base: RunRecord, cand: RunRecord) -> list[str]:
     return _differences(base.get("machine", {}), cand.get("machine", {}))
 
 
-def _differences(mb: dict[str, Any], mc: dict[str, Any]) -> list[str]:
+def _differences(mb: Mapping[str, Any], mc: Mapping[str, Any]) -> list[str]:
     return [
         f"{k}: {mb[k]!r} -> {mc[k]!r}"
         for k in MACHINE_FIELDS
@@ -540,14 +519,14 @@ def _differences(mb: dict[str, Any], mc: dict[str, Any]) -> list[str]:
     ]
 
 
-def _host_machine(cell: dict[str, Any]) -> dict[str, Any] | None:
+def _host_machine(cell: CellRecord) -> dict[str, Any] | None:
     """The machine a cell ran on when it is not its run's (a fleet host, a merged part)."""
     machine = (cell.get("host") or {}).get("machine")
     return machine if isinstance(machine, dict) and machine else None
 
 
 def cell_machine_differences(
-    b: dict[str, Any], c: dict[str, Any], base: dict[str, Any], cand: dict[str, Any]
+    b: CellRecord, c: CellRecord, base: RunRecord, cand: RunRecord
 ) -> list[str]:
     """Machine differences of one pair: each cell's own host where it has one, else its run's."""
     if _host_machine(b) is None and _host_machine(c) is None:
@@ -557,7 +536,7 @@ def cell_machine_differences(
     return _differences(mb, mc)
 
 
-def _incomparable(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+def _incomparable(b: CellRecord, c: CellRecord) -> list[str]:
     reasons = []
     hb, hc = b["fixture"].get("sha256"), c["fixture"].get("sha256")
     if hb and hc and hb != hc:
@@ -597,7 +576,7 @@ def _outcome_change(b: Side, c: Side) -> tuple[Mark, str] | None:
     return (Mark.NEW_FAILURE, what) if rc > rb else (Mark.FIXED, what)
 
 
-def outcome_mark(b: dict[str, Any], c: dict[str, Any]) -> tuple[Mark, list[str]]:
+def outcome_mark(b: CellRecord, c: CellRecord) -> tuple[Mark, list[str]]:
     """How two records of one cell compare on their outcome alone, as :func:`compare_cells`
     judges it before any figure: ``x`` (fixture, params or a side unavailable), ``!``, ``*``,
     else ``=``; with the reasons. (``rtmatrix compare`` judges figures by paired rounds.)"""
@@ -608,7 +587,7 @@ def outcome_mark(b: dict[str, Any], c: dict[str, Any]) -> tuple[Mark, list[str]]
     return (change[0], [change[1]]) if change else (Mark.SAME, [])
 
 
-def outcome_rank(cell: dict[str, Any]) -> tuple[int, int]:
+def outcome_rank(cell: CellRecord) -> tuple[int, int]:
     """(verdict rank, outcome severity) of a record: higher is worse; unavailable is lowest."""
     verdict = Verdict(cell["verdict"])
     if verdict is Verdict.UNAVAILABLE:
@@ -644,7 +623,7 @@ def _one_process(m: MetricDiff, processes: tuple[int, int]) -> MetricDiff:
 MIN_PROCESSES = 5
 
 
-def _process_medians(metrics: dict[str, Any]) -> dict[str, Any]:
+def _process_medians(metrics: dict[str, MetricRecord]) -> dict[str, MetricRecord]:
     """Each metric with its per-process values as its samples (pooled by ``run --processes``)."""
     out = {}
     for name, m in metrics.items():
@@ -653,27 +632,27 @@ def _process_medians(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def sample_processes(cell: dict[str, Any]) -> int:
+def sample_processes(cell: CellRecord) -> int:
     """How many worker processes a cell's samples pool: the cell's ``processes`` field, else 1
     (``rtmatrix run`` runs each cell's repetitions in one worker process)."""
     n = cell.get("processes", 1)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
 
 
-def contended_reasons(b: dict[str, Any], c: dict[str, Any]) -> list[str]:
+def contended_reasons(b: CellRecord, c: CellRecord) -> list[str]:
     """Why a pair's figures cannot be judged: a side ran on a busy host (``contended``)."""
     out = []
     for side, cell in (("base", b), ("candidate", c)):
         if cell.get("contended"):
-            busy = (cell.get("metrics", {}).get("host_busy_cores") or {}).get("value")
+            busy = (cell.get("metrics", {}).get("host_busy_cores") or _NO_METRIC).get("value")
             cores = f"{busy:.2f} cores" if isinstance(busy, int | float) else "CPU"
             out.append(f"contended: {side} had {cores} busy outside the cell during its run")
     return out
 
 
 def compare_cells(
-    b: dict[str, Any],
-    c: dict[str, Any],
+    b: CellRecord,
+    c: CellRecord,
     checks: dict[str, Check],
     alpha: float = DEFAULT_ALPHA,
     machine: Sequence[str] = (),
@@ -689,8 +668,8 @@ def compare_cells(
 
 
 def _compare_cells(
-    b: dict[str, Any],
-    c: dict[str, Any],
+    b: CellRecord,
+    c: CellRecord,
     checks: dict[str, Check],
     alpha: float = DEFAULT_ALPHA,
     machine: Sequence[str] = (),
@@ -725,8 +704,8 @@ def _compare_cells(
     return CellDiff(b["key"], b["runtime"], _worst(metrics), sb, sc, notes, metrics, processes)
 
 
-def run_info(run: dict[str, Any], path: str | None = None) -> dict[str, Any]:
-    machine = run.get("machine", {})
+def run_info(run: RunRecord, path: str | None = None) -> dict[str, Any]:
+    machine: Mapping[str, Any] = run.get("machine", {})
     return {
         "path": path,
         "run_id": run["run_id"],
@@ -741,15 +720,15 @@ def run_info(run: dict[str, Any], path: str | None = None) -> dict[str, Any]:
     }
 
 
-def _one_side(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _one_side(cells: Iterable[CellRecord]) -> list[dict[str, Any]]:
     return [
         {"key": c["key"], "verdict": c["verdict"], "status": c["outcome"]["status"]} for c in cells
     ]
 
 
 def diff_runs(
-    base: dict[str, Any],
-    candidate: dict[str, Any],
+    base: RunRecord,
+    candidate: RunRecord,
     checks: dict[str, Check] | None = None,
     alpha: float = DEFAULT_ALPHA,
     paths: tuple[str | None, str | None] = (None, None),

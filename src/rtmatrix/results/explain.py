@@ -29,6 +29,7 @@ import pandas as pd
 
 from rtmatrix.results.diff import outcome_rank
 from rtmatrix.results.paired import PairedCheck, PairedVerdict, decide
+from rtmatrix.results.records import CellRecord, evidence_of, value_of
 
 # phase -> the metric that times it (the order is the cell's own order)
 PHASES: tuple[tuple[str, str], ...] = (
@@ -127,8 +128,9 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _settings_of(record: Mapping[str, Any] | None, side: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"adapter": side.get("adapter") or (record or {}).get("adapter")}
+def _settings_of(record: CellRecord | None, side: Mapping[str, Any]) -> dict[str, Any]:
+    adapter = record.get("adapter") if record else None
+    out: dict[str, Any] = {"adapter": side.get("adapter") or adapter}
     out |= flatten({"options": dict(side.get("options") or {})})
     if record is not None:
         out["runtime_version"] = record["outcome"].get("runtime_version")
@@ -148,8 +150,8 @@ class SettingChange:
 
 
 def settings_differences(
-    rec_a: Mapping[str, Any] | None,
-    rec_b: Mapping[str, Any] | None,
+    rec_a: CellRecord | None,
+    rec_b: CellRecord | None,
     side_a: Mapping[str, Any],
     side_b: Mapping[str, Any],
 ) -> tuple[list[SettingChange], int]:
@@ -173,13 +175,11 @@ def settings_differences(
 STACK_ORDER = ("kernels", "backend", "runtime", "format")
 
 
-def stack_differences(
-    rec_a: Mapping[str, Any] | None, rec_b: Mapping[str, Any] | None
-) -> list[SettingChange]:
+def stack_differences(rec_a: CellRecord | None, rec_b: CellRecord | None) -> list[SettingChange]:
     """What differs between the two sides' ``evidence.stack``, layer by layer (kernels first)."""
     out: list[SettingChange] = []
-    sa = ((rec_a or {}).get("evidence") or {}).get("stack") or {}
-    sb = ((rec_b or {}).get("evidence") or {}).get("stack") or {}
+    sa = evidence_of(rec_a).get("stack") or {}
+    sb = evidence_of(rec_b).get("stack") or {}
     for layer in STACK_ORDER:
         fa, fb = flatten({layer: sa.get(layer) or {}}), flatten({layer: sb.get(layer) or {}})
         for name in sorted(set(fa) | set(fb)):
@@ -194,8 +194,8 @@ def stack_differences(
     return out
 
 
-def placement_of(record: Mapping[str, Any] | None) -> dict[str, Any]:
-    ev = (record or {}).get("evidence") or {}
+def placement_of(record: CellRecord | None) -> dict[str, Any]:
+    ev = evidence_of(record)
     return {k: ev[k] for k in ("placement", "layer_placement", "devices") if ev.get(k)}
 
 
@@ -271,19 +271,19 @@ def _median(values: Iterable[Any]) -> float | None:
 
 
 def phases_from_records(
-    recs_a: Sequence[dict[str, Any]], recs_b: Sequence[Mapping[str, Any]]
+    recs_a: Sequence[CellRecord], recs_b: Sequence[CellRecord]
 ) -> list[PhaseChange]:
     """Each phase metric's median per side over its records (a cell not ok on both sides)."""
     out = []
     for phase, metric in PHASES:
-        a = _median((r["metrics"].get(metric) or {}).get("value") for r in recs_a)
-        b = _median((r["metrics"].get(metric) or {}).get("value") for r in recs_b)
+        a = _median(value_of(r["metrics"].get(metric)) for r in recs_a)
+        b = _median(value_of(r["metrics"].get(metric)) for r in recs_b)
         if a is not None or b is not None:
             out.append(PhaseChange(phase, metric, a=a, b=b))
     return out
 
 
-def ended(record: Mapping[str, Any] | None) -> str:
+def ended(record: CellRecord | None) -> str:
     """Where a side's cell ended: its outcome, signal and last phase."""
     if record is None:
         return "did not run"
@@ -304,7 +304,7 @@ def normalize(line: str) -> str:
     return _SPACE.sub(" ", line).strip()
 
 
-def log_lines(record: Mapping[str, Any]) -> list[str]:
+def log_lines(record: CellRecord) -> list[str]:
     ev = record.get("evidence") or {}
     lines: list[str] = []
     for key in LOG_KEYS:
@@ -316,9 +316,7 @@ def log_lines(record: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def one_side_lines(
-    mine: Sequence[Mapping[str, Any]], theirs: Sequence[Mapping[str, Any]]
-) -> list[str]:
+def one_side_lines(mine: Sequence[CellRecord], theirs: Sequence[CellRecord]) -> list[str]:
     """Normalized lines of ``mine`` (any round) never seen in ``theirs``, first seen first."""
     seen = {normalize(ln) for r in theirs for ln in log_lines(r)}
     out: dict[str, None] = {}
@@ -428,8 +426,8 @@ class Explanation:
 
 def explain(
     key: str,
-    recs_a: Sequence[dict[str, Any]],
-    recs_b: Sequence[dict[str, Any]],
+    recs_a: Sequence[CellRecord],
+    recs_b: Sequence[CellRecord],
     rounds: pd.DataFrame,
     sides: Mapping[str, Mapping[str, Any]],
     alpha: float,

@@ -17,6 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from rtmatrix.results.records import CellRecord, MetricRecord, RunRecord
+
 FORMATS = ("csv", "json")
 CELL_COLUMNS = ("run_id", "key", "runtime", "fixture", "dtype", "variant", "scenario")
 OUTCOME_COLUMNS = ("status", "verdict")
@@ -24,19 +26,17 @@ METRIC_COLUMNS = ("metric", "sample", "value", "text", "unit", "source", "reason
 _FIXED = {*CELL_COLUMNS, *OUTCOME_COLUMNS, *METRIC_COLUMNS}
 
 
-def param_columns(run: dict[str, Any]) -> dict[str, str]:
+def param_columns(run: RunRecord) -> dict[str, str]:
     """Parameter name -> its column, in order of first appearance across the cells."""
     names = dict.fromkeys(name for cell in run["cells"] for name in cell["params"])
     return {name: f"param_{name}" if name in _FIXED else name for name in names}
 
 
-def columns(run: dict[str, Any]) -> list[str]:
+def columns(run: RunRecord) -> list[str]:
     return [*CELL_COLUMNS, *param_columns(run).values(), *OUTCOME_COLUMNS, *METRIC_COLUMNS]
 
 
-def _cell_fields(
-    run: dict[str, Any], cell: dict[str, Any], params: dict[str, str]
-) -> dict[str, Any]:
+def _cell_fields(run: RunRecord, cell: CellRecord, params: dict[str, str]) -> dict[str, Any]:
     fx = cell["fixture"]
     fields: dict[str, Any] = {
         "run_id": run["run_id"],
@@ -52,7 +52,7 @@ def _cell_fields(
     return fields | {col: cell["params"].get(name) for name, col in params.items()}
 
 
-def _metric_rows(name: str, metric: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def _metric_rows(name: str, metric: MetricRecord) -> Iterator[dict[str, Any]]:
     common = {
         "metric": name,
         "unit": metric.get("unit"),
@@ -70,7 +70,7 @@ def _metric_rows(name: str, metric: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield common | {"sample": None, "value": number, "text": text}
 
 
-def tidy(run: dict[str, Any]) -> pd.DataFrame:
+def tidy(run: RunRecord) -> pd.DataFrame:
     """The table of a (loaded, validated) run record."""
     params = param_columns(run)
     rows = [

@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rtmatrix.results.diff import FALLBACK_THRESHOLD, KNOWN_METRICS, Direction, direction_of
+from rtmatrix.metrics.registry import Direction, direction_of, threshold_of
 
 DEFAULT_ALPHA = 0.01  # family-wise, over every check of a comparison (Holm)
 EQUIVALENCE_ALPHA = 0.05  # each side of TOST: the 90 % interval
@@ -97,13 +97,13 @@ class Criterion:
     def for_metric(
         cls, metric: str, min_effect: float | None = None, margin: float | None = None
     ) -> Criterion:
-        """Direction from ``diff.direction_of``; defaults a fifth (min effect) and half (margin)
-        of the metric's diff threshold (``diff.KNOWN_METRICS``)."""
+        """Direction and diff threshold from the metric registry (``registry.direction_of``,
+        ``registry.threshold_of``); defaults a fifth (min effect) and half (margin) of it."""
         direction = direction_of(metric)
         if direction is None:
             msg = f"metric {metric!r} has no known direction (better when higher or lower?)"
             raise ValueError(msg)
-        threshold = KNOWN_METRICS.get(metric, (direction, FALLBACK_THRESHOLD, False))[1]
+        threshold = threshold_of(metric)
         return cls(
             metric,
             direction,

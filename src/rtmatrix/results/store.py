@@ -10,7 +10,9 @@ from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from rtmatrix.results.records import RunRecord
 
 SCHEMA_VERSION = 1
 # schema_version N -> function upgrading a record from N to N + 1
@@ -60,7 +62,9 @@ def _raise_errors(errors: list[Any], where: str, prefix: str = "") -> None:
     raise ResultError(msg + "\n".join(lines) + more)
 
 
-def validate_run(record: dict[str, Any], where: str = "run record", skip_cells: int = 0) -> None:
+def validate_run(
+    record: RunRecord | dict[str, Any], where: str = "run record", skip_cells: int = 0
+) -> None:
     """Validate against the schema; ``skip_cells`` leading cells already validated are trusted
     (the runner saves after every cell, so a full check each time would cost O(cells^2))."""
     if not skip_cells:
@@ -93,7 +97,7 @@ def migrate(record: dict[str, Any], where: str) -> dict[str, Any]:
     return record
 
 
-def save_run(record: dict[str, Any], path: Path, skip_cells: int = 0) -> None:
+def save_run(record: RunRecord | dict[str, Any], path: Path, skip_cells: int = 0) -> None:
     """Validate, then write atomically: readers see the old file or the new one, never half."""
     validate_run(record, str(path), skip_cells)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -110,7 +114,7 @@ def save_run(record: dict[str, Any], path: Path, skip_cells: int = 0) -> None:
         raise
 
 
-def load_run(path: Path) -> dict[str, Any]:
+def load_run(path: Path) -> RunRecord:
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
@@ -126,4 +130,7 @@ def load_run(path: Path) -> dict[str, Any]:
         raise ResultError(msg)
     record = migrate(record, str(path))
     validate_run(record, str(path))
-    return record
+    # safe: the record now matches the schema, whose required keys and types RunRecord mirrors
+    # (tests/unit/test_records.py checks the two against each other); the cast changes nothing
+    # at run time, the dict is returned as json.loads gave it
+    return cast(RunRecord, record)

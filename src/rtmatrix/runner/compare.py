@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.adapters.base import AdapterError, resolve_adapter
 from rtmatrix.fixtures import FixtureError, prepare_fixture
@@ -59,6 +59,7 @@ from rtmatrix.results.comparison import (
     worst,
 )
 from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS, MIN_ROUNDS, Criterion
+from rtmatrix.results.records import CellRecord, value_of
 from rtmatrix.runner import process
 from rtmatrix.runner.orchestrate import RunContext, plan_cells, run_cell
 from rtmatrix.runner.record import new_record
@@ -237,7 +238,7 @@ def _side_matrix(
     return dataclasses.replace(matrix, runtimes=rows)
 
 
-def _package_fix(record: dict[str, Any], env: Mapping[str, Any], dist: str | None) -> None:
+def _package_fix(record: CellRecord, env: Mapping[str, Any], dist: str | None) -> None:
     """Package size and license as measured in the side's environment (the parent measured its
     own, which is the other side's or neither)."""
     pkg = (env.get("packages") or {}).get(dist or "")
@@ -303,11 +304,11 @@ def _label(value: Any) -> str:
     return f"{value:.0f}" if isinstance(value, int | float) else "-"
 
 
-def _progress_line(rnd: int, k: str, key: str, order: str, recs: Mapping[str, Any]) -> str:
+def _progress_line(rnd: int, k: str, key: str, order: str, recs: Mapping[str, CellRecord]) -> str:
     def one(side: str) -> str:
         r = recs[side]
         busy = " contended" if r.get("contended") else ""
-        tg = _label((r["metrics"].get(M.TG_TPS) or {}).get("value"))
+        tg = _label(value_of(r["metrics"].get(M.TG_TPS)))
         return f"{side.upper()} {r['outcome']['status']} TG {tg}{busy}"
 
     return f"[round {rnd}/{k}] {key} ({order.upper()}): {one('a')} · {one('b')}"
@@ -335,10 +336,12 @@ class Rounds:
         for key in keys:
             t0 = time.monotonic()
             order = "ab" if self.rng.random() < 0.5 else "ba"
-            recs: dict[str, dict[str, Any]] = {}
+            recs: dict[str, CellRecord] = {}
             for pos, name in enumerate(order):
                 side = self.sides[name]
-                rec = run_cell(side.ctx, side.cells[key])
+                # run_cell builds the cell record the schema describes (runner.record), checked
+                # against it when the side's run is saved (_save_side); the cast changes nothing
+                rec = cast(CellRecord, run_cell(side.ctx, side.cells[key]))
                 _package_fix(
                     rec, side.environment, side.describe[rec["runtime"]].get("distribution")
                 )
@@ -391,7 +394,7 @@ def _shared_keys(sides: Mapping[str, Side], progress: Progress) -> list[str]:
 
 def _save_side(side: Side, records: Sequence[RoundRecord], results_dir: Path) -> Path:
     rec = side.ctx.record
-    mine: dict[str, list[dict[str, Any]]] = {}
+    mine: dict[str, list[CellRecord]] = {}
     for r in records:
         if r.side == side.spec.name:
             mine.setdefault(r.key, []).append(r.record)

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix import memcap
+from rtmatrix.adapters.capabilities import ReferenceBudget
 from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.matrix import Cell, Matrix
@@ -280,6 +281,13 @@ def _wants_reference(ctx: RunContext, cell: Cell, rec: dict[str, Any]) -> bool:
     )
 
 
+def _reference_timeout(ctx: RunContext, cell: Cell, *, quality: bool) -> float:
+    """The reference process's budget: as many cell timeouts as the runtime's tools run (its
+    :class:`ReferenceBudget`, from the adapter's description), at least two minutes."""
+    budget = ReferenceBudget.from_dict(ctx.describe[cell.runtime].get("reference_budget"))
+    return max(budget.seconds(float(cell.run["timeout_s"]), quality=quality), 120.0)
+
+
 def _reference(
     ctx: RunContext,
     cell: Cell,
@@ -296,8 +304,7 @@ def _reference(
             job = replace(job, quality_text=plan.text, anchor_base_path=str(base),
                           anchor_n_ctx=n_ctx)  # fmt: skip
         job.write(job_dir / "job.json")
-        # two llama-bench runs, and two llama-perplexity runs for a real model
-        timeout = max((4 if isinstance(anchor, tuple) else 2) * float(cell.run["timeout_s"]), 120.0)
+        timeout = _reference_timeout(ctx, cell, quality=isinstance(anchor, tuple))
         lau = process.launch([str(job_dir / "job.json")], job_dir, timeout, 0.05, ctx.cwd,
                              python=ctx.python)  # fmt: skip
         read = process.read_result(job_dir)
@@ -347,7 +354,7 @@ def _start(
         path = results_dir / f"{record['run_id']}.json"
         progress(f"rtmatrix: {len(cells)} cell(s) from {matrix.path} -> {path}")
         return record, path, cells
-    record = load_run(resume)
+    record = cast(dict[str, Any], load_run(resume))  # the runner adds to it as a plain dict
     if record["matrix"]["sha256"] != sha256_of(matrix.path):
         progress(f"rtmatrix: note: {matrix.path} changed since {resume} was started")
     done = {c["key"] for c in record["cells"]}
@@ -365,7 +372,8 @@ def _prepare_rows(
     cwd: Path | None,
     progress: Progress,
 ) -> None:
-    """Each row's one-time preparation (e.g. building llama-bench), in a child, before cells."""
+    """Each row's one-time preparation (e.g. building its benchmark tool), in a child, before
+    cells."""
     rows = {c.runtime for c in todo}
     for rt in matrix.runtimes:
         if rt.name in rows and describe[rt.name].get("prepares"):

@@ -16,9 +16,10 @@ from __future__ import annotations
 import copy
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.results.diff import outcome_rank
+from rtmatrix.results.records import CellRecord
 
 
 def pool(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def pool(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not records:
         msg = "pool() needs at least one record"
         raise ValueError(msg)
-    worst = max(records, key=outcome_rank)
+    worst = max(records, key=lambda r: outcome_rank(cast(CellRecord, r)))
     out = copy.deepcopy(worst)
     out["processes"] = len(records)
     statuses = [str(r["outcome"]["status"]) for r in records]

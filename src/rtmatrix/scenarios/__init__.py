@@ -1,7 +1,11 @@
-"""Lifecycle scenarios beside the plain timed generation: stream, cancel, serve.
+"""Lifecycle scenarios beside the plain timed generation: stream, cancel, serve, sample.
 
-The worker calls :func:`run_scenario` after the model is loaded; the runner turns its result
-into labelled metrics with :func:`scenario_metrics`. A scenario result may carry ``checks``
+One registry, :data:`SPECS`: a :class:`~rtmatrix.scenarios.spec.ScenarioSpec` per scenario (what
+it needs, its metric prefix, where the plain generation's figures went); its implementation is the
+``IMPL`` of module ``rtmatrix.scenarios.<name>``, imported on first use (lm-eval's lazy registry).
+The worker asks :func:`require_capability` before loading the model and
+calls :func:`run_scenario` after it; the runner turns the result's dict form into labelled
+metrics with :func:`scenario_metrics`. A scenario result may carry ``checks``
 (``{"name", "ok", "detail"}``); a failed check makes the cell ``wrong-output``.
 
 Every scenario also records each request's state trace (queued, prefill start, first token,
@@ -12,37 +16,76 @@ kept in the ``lifecycle_checks`` metric's detail.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import BatchEngine, Sampling, Serving, Streaming
 from rtmatrix.names import GENERATE_ONLY, THROUGHPUT, M, Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
+from rtmatrix.scenarios.spec import Alternative, Mark, ScenarioResult, ScenarioSpec
 
+__all__ = [
+    "SPECS",
+    "metric_prefixes",
+    "require_capability",
+    "run_scenario",
+    "scenario_metrics",
+    "spec_of",
+]
+
+#: every lifecycle scenario (``Scenario.lifecycle()``), by name
+SPECS: dict[Scenario, ScenarioSpec] = {
+    spec.name: spec
+    for spec in (
+        ScenarioSpec(
+            name=Scenario.STREAM,
+            capability=Streaming,
+            metric_prefix="stream_",
+            see="stream_ttft_s, stream_token_gap_*",
+        ),
+        ScenarioSpec(
+            name=Scenario.CANCEL, capability=Streaming, metric_prefix="cancel_", see="cancel_*"
+        ),
+        ScenarioSpec(
+            name=Scenario.SERVE,
+            capability=Serving,
+            metric_prefix="serve_",
+            see="serve_c<N>_ttft_*, serve_c<N>_tpot_*",
+            # served in process by the engine's own scheduler
+            alternative=Alternative(BatchEngine, "rtmatrix.scenarios.batch:run"),
+            unmeasured=tuple(
+                (key, "s", "tokens come from the server process it starts; see serve_startup_s")
+                for key in (M.COLD_FIRST_TOKEN, M.COLD_TOTAL)
+            ),
+        ),
+        ScenarioSpec(
+            name=Scenario.SAMPLE, capability=Sampling, metric_prefix="sample_", see="sample_*"
+        ),
+    )
+}
 # the plain generation's metrics, which a scenario cell does not measure
 _PLAIN = {k: ("tokens/s" if k in THROUGHPUT else "s") for k in GENERATE_ONLY}
-_SEE = {
-    Scenario.STREAM: "stream_ttft_s, stream_token_gap_*",
-    Scenario.CANCEL: "cancel_*",
-    Scenario.SERVE: "serve_c<N>_ttft_*, serve_c<N>_tpot_*",
-    Scenario.SAMPLE: "sample_*",
-}
+
+
+def spec_of(name: str) -> ScenarioSpec | None:
+    """The spec of lifecycle scenario ``name``; None for the plain generation or a name no
+    scenario has."""
+    return SPECS.get(Scenario(name)) if name in tuple(Scenario) else None
+
+
+def metric_prefixes() -> dict[Scenario, str]:
+    """Each lifecycle scenario's metric-name prefix (``stream_``, ``serve_``, ...)."""
+    return {sc: spec.metric_prefix for sc, spec in SPECS.items()}
 
 
 def require_capability(name: str, adapter: Adapter) -> None:
     """Raise :class:`RuntimeUnavailable` (the same reason the scenario itself gives) when the
     runtime lacks what scenario ``name`` needs: the worker asks before loading the model, so an
     unavailable scenario cell costs no load (a JIT row's compile, for one)."""
-    from rtmatrix.adapters.capabilities import BatchEngine, Sampling, Serving, Streaming, missing
-
-    needs = {Scenario.STREAM: Streaming, Scenario.CANCEL: Streaming, Scenario.SERVE: Serving,
-             Scenario.SAMPLE: Sampling}  # fmt: skip
-    cap = needs.get(Scenario(name)) if name in tuple(Scenario) else None
-    if cap is Serving and isinstance(adapter, BatchEngine):
-        return  # served in process by the engine's own scheduler (scenarios.batch)
-    if cap is not None and not isinstance(adapter, cap):
-        raise RuntimeUnavailable(missing(adapter, cap, f"scenario {name!r}"))
+    spec = spec_of(name)
+    if spec is not None:
+        spec.require(adapter)
 
 
 def run_scenario(
@@ -51,67 +94,49 @@ def run_scenario(
     job: Job,
     prompt: list[int],
     banned: list[int],
-    mark: Callable[[str, float], None],
+    mark: Mark,
 ) -> dict[str, Any]:
-    if name == Scenario.STREAM:
-        from rtmatrix.scenarios import stream
-
-        return stream.run(adapter, job, prompt, banned, mark)
-    if name == Scenario.CANCEL:
-        from rtmatrix.scenarios import cancel
-
-        return cancel.run(adapter, job, prompt, banned, mark)
-    if name == Scenario.SERVE:
-        from rtmatrix.scenarios import serve
-
-        return serve.run(adapter, job, prompt, banned, mark)
-    if name == Scenario.SAMPLE:
-        from rtmatrix.scenarios import sample
-
-        return sample.run(adapter, job, prompt, banned, mark)
-    msg = f"scenario {name!r} is not available in this build of rtmatrix"
-    raise RuntimeUnavailable(msg)
+    """Run scenario ``name`` (the run its spec picks for ``adapter``); the result's dict form."""
+    spec = spec_of(name)
+    if spec is None:
+        msg = f"scenario {name!r} is not available in this build of rtmatrix"
+        raise RuntimeUnavailable(msg)
+    return spec.runner(adapter)(adapter, job, prompt, banned, mark).to_dict()
 
 
 def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
-    if name not in Scenario.lifecycle():
+    """The metrics of a scenario cell: the plain generation's (and what else the scenario
+    cannot measure) unavailable, the scenario's own, and ``lifecycle_checks``."""
+    spec = spec_of(name)
+    if spec is None:
         return {}
-    from rtmatrix.scenarios import cancel, invariance, sample, serve, stream
-
-    sc = Scenario(name)
-    compute = {
-        Scenario.STREAM: stream.metrics,
-        Scenario.CANCEL: cancel.metrics,
-        Scenario.SERVE: serve.metrics,
-        Scenario.SAMPLE: sample.metrics,
-    }[sc]
-    why = f"a '{sc.value}' cell runs no plain timed generation; see {_SEE[sc]}"
+    why = f"a '{spec.name.value}' cell runs no plain timed generation; see {spec.see}"
     out: dict[str, Metric] = {k.value: Metric.unavailable(unit, why) for k, unit in _PLAIN.items()}
-    if sc is Scenario.SERVE:
-        for key in (M.COLD_FIRST_TOKEN, M.COLD_TOTAL):
-            out[key.value] = Metric.unavailable(
-                "s", "tokens come from the server process it starts; see serve_startup_s"
-            )
-    out |= compute(result)
-    checks = list(result.get("checks") or [])
+    for key, unit, reason in spec.unmeasured:
+        out[key.value] = Metric.unavailable(unit, reason)
+    impl = spec.impl()
+    out |= impl.metrics(result)
+    out[M.LIFECYCLE_CHECKS.value] = lifecycle_metric(spec, impl.result.from_dict(result))
+    return out
+
+
+def lifecycle_metric(spec: ScenarioSpec, result: ScenarioResult) -> Metric:
+    """``lifecycle_checks``: checks passed, with the checks, findings, skipped phases and
+    traces in the detail."""
+    lc = result.lifecycle()
+    checks = list(lc.checks or [])
     passed = sum(1 for c in checks if c.get("ok"))
-    out[M.LIFECYCLE_CHECKS.value] = Metric(
+    return Metric(
         f"{passed}/{len(checks)}",
         "checks passed",
         Source.HARNESS_CLOCK,
         detail={
-            "scenario": sc.value,
-            "api": result.get("api"),
+            "scenario": spec.name.value,
+            "api": lc.api,
             "checks": checks,
-            "findings": result.get("findings") or [],
-            "skipped": result.get("skipped") or {},
-            "traces": result.get("traces") or [],
-            **(
-                {"invariance": invariance.summary(result["invariance"])}
-                if result.get("invariance")
-                else {}
-            ),
-            **({"sampler": sample.summary(result)} if sc is Scenario.SAMPLE else {}),
+            "findings": lc.findings or [],
+            "skipped": lc.skipped or {},
+            "traces": lc.traces or [],
+            **lc.extra,
         },
     )
-    return out

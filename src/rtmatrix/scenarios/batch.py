@@ -21,15 +21,21 @@ Nothing here imports a runtime.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
-from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
-from rtmatrix.adapters.capabilities import BatchEngine, missing
-from rtmatrix.names import Scenario
+from rtmatrix.adapters.base import Adapter
+from rtmatrix.adapters.capabilities import BatchEngine
 from rtmatrix.protocol import Job
 from rtmatrix.scenarios import invariance
-from rtmatrix.scenarios.trace import RequestTrace, check, clock, trace_checks
+from rtmatrix.scenarios.serve_result import (
+    ServeOptions,
+    ServeResult,
+    ServeRun,
+    completed_check,
+    round_record,
+)
+from rtmatrix.scenarios.spec import Mark
+from rtmatrix.scenarios.trace import RequestTrace, clock
 
 LEVELS = [1, 2, 4, 8]
 WARMUP_TOKENS = 4
@@ -72,24 +78,18 @@ def submit(
     return traces, ids
 
 
-def _round(traces: list[RequestTrace]) -> dict[str, Any]:
-    from rtmatrix.scenarios.serve import round_record
-
-    return round_record(traces)
-
-
 def levels_of(job: Job) -> list[int]:
     given = job.options.get("serve_concurrency")
     return list(given) if isinstance(given, list) else list(LEVELS)
 
 
 def invariance_phase(
-    engine: BatchEngine, adapter: Adapter, job: Job, opts: dict[str, Any]
+    engine: BatchEngine, adapter: Adapter, job: Job, opts: ServeOptions
 ) -> dict[str, Any]:
     p = job.params
     bos = adapter.special_ids.get("bos", -1)
     reqs = invariance.plan(
-        int(opts["invariance_requests"]),
+        opts.invariance_requests,
         p.prompt_tokens,
         p.gen_tokens,
         p.n_ctx,
@@ -109,7 +109,7 @@ def invariance_phase(
         seq_tr += trs
         seq += alone
     t_seq = clock() - t1
-    tie = float(opts["invariance_tie_margin"])
+    tie = opts.invariance_tie_margin
     out = []
     for req, c_tr, c_ids, s_tr, s_ids in zip(reqs, conc_tr, conc, seq_tr, seq, strict=True):
         runs = {}
@@ -140,82 +140,49 @@ def run(
     job: Job,
     prompt: list[int],
     banned: list[int],
-    mark: Callable[[str, float], None],
-) -> dict[str, Any]:
-    from rtmatrix.scenarios.serve import options
-
-    if not isinstance(adapter, BatchEngine):
-        raise RuntimeUnavailable(
-            missing(adapter, BatchEngine, f"scenario {Scenario.SERVE.value!r} in process")
-        )
-    opts = options(job)
+    mark: Mark,
+) -> ServeResult:
+    """Start-up, the concurrency levels and batch invariance in process. The registry has
+    checked that ``adapter`` offers ``BatchEngine``."""
+    engine = cast(BatchEngine, adapter)
+    ctx = ServeRun.of(job)
     levels = levels_of(job)
-    n_tok = int(opts["serve_tokens"] or job.params.gen_tokens)
-    budget = 0.8 * job.timeout_s
-    origin = clock()
-    deadline = origin + budget
-    res: dict[str, Any] = {
-        "scenario": Scenario.SERVE.value,
-        "runtime": adapter.name,
-        "api": adapter.batch_api,
-        "in_process": True,
-        "prompt_tokens": len(prompt),
-        "max_tokens": n_tok,
-        "masked_token_ids": 0,
-        "skipped": {},
-        "levels": {},
-    }
-
-    def time_left(phase: str) -> bool:
-        if clock() < deadline:
-            return True
-        res["skipped"][phase] = f"time budget ({budget:.0f} s = 0.8 x the cell timeout) spent"
-        return False
-
-    traces: list[RequestTrace] = []
-    checks: list[dict[str, Any]] = []
+    res = ctx.res = ServeResult(
+        runtime=adapter.name,
+        api=engine.batch_api,
+        in_process=True,
+        prompt_tokens=len(prompt),
+        max_tokens=ctx.n_tok,
+        masked_token_ids=0,
+    )
     t0 = clock()
-    warm, _ = submit(adapter, [(list(prompt), WARMUP_TOKENS)], ["warmup"])
-    res["startup_s"] = clock() - t0 if warm[0].terminal == "completed" else None
-    res["startup_method"] = (
+    warm, _ = submit(engine, [(list(prompt), WARMUP_TOKENS)], ["warmup"])
+    res.startup_s = clock() - t0 if warm[0].terminal == "completed" else None
+    res.startup_method = (
         f"first request: the engine builds its scheduler and cache, then {WARMUP_TOKENS} ids"
     )
     if warm[0].terminal != "completed":
-        res["startup_error"] = warm[0].info.get("error")
+        res.startup_error = warm[0].info.get("error")
     for n in levels:
         rounds = []
-        for r in range(int(opts["serve_rounds"])):
-            if not time_left(f"c{n}-round{r}"):
+        for r in range(ctx.opts.serve_rounds):
+            if not ctx.time_left(f"c{n}-round{r}"):
                 break
             names = [f"c{n}-r{r}-{i}" for i in range(n)]
-            trs, _ = submit(adapter, [(list(prompt), n_tok)] * n, names)
-            traces.extend(trs)
-            rounds.append(_round(trs))
-        res["levels"][str(n)] = rounds
-    sweep = [t for t in traces if t.name.startswith("c")]
-    bad = [f"{t.name}: {t.terminal} {t.info}" for t in sweep if t.terminal != "completed"]
-    checks.append(
-        check(
-            "serve_requests_completed",
-            not bad and bool(sweep),
-            f"{len(sweep) - len(bad)}/{len(sweep)} concurrent in-process requests completed"
-            + (f"; {'; '.join(bad[:4])}"[:400] if bad else ""),
-        )
-    )
-    if opts["serve_invariance"] and time_left("invariance"):
-        res["invariance"] = invariance_phase(adapter, adapter, job, opts)
-        checks += invariance.checks(res["invariance"])
-    res["engine_state"] = adapter.batch_state()
-    res["findings"] = findings(res)
-    stored = [t.to_dict(origin) for t in traces]
-    checks += trace_checks(stored, need_release=True, label="serve")
-    res["traces"] = stored
-    res["checks"] = checks
-    return res
+            trs, _ = submit(engine, [(list(prompt), ctx.n_tok)] * n, names)
+            ctx.traces.extend(trs)
+            rounds.append(round_record(trs))
+        res.levels[str(n)] = rounds
+    ctx.checks.append(completed_check(ctx.traces, "concurrent in-process requests completed"))
+    if ctx.opts.serve_invariance and ctx.time_left("invariance"):
+        res.invariance = invariance_phase(engine, adapter, job, ctx.opts)
+        ctx.checks += invariance.checks(res.invariance)
+    res.engine_state = engine.batch_state()
+    return ctx.finish(findings(res))
 
 
-def findings(res: dict[str, Any]) -> list[str]:
-    state = res.get("engine_state") or {}
+def findings(res: ServeResult) -> list[str]:
+    state = res.engine_state or {}
     out = []
     if state.get("max_cache_usage") is not None:
         out.append(

@@ -25,32 +25,26 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Self, cast
 
-from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter
 from rtmatrix.adapters.capabilities import ConstrainedSampling, Sampling, missing
 from rtmatrix.metrics.sampler import Params
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
 from rtmatrix.scenarios.invariance import first_divergence
+from rtmatrix.scenarios.spec import (
+    ABSENT_WHEN_NONE,
+    Lifecycle,
+    Mark,
+    ScenarioImpl,
+    ScenarioOptions,
+    ScenarioResult,
+)
 from rtmatrix.scenarios.trace import check, clock
 
-DEFAULTS: dict[str, Any] = {
-    "temperature": 2.0,
-    "top_k": 0,
-    "top_p": 0.5,
-    "min_p": 0.0,
-    "repeat_penalty": 1.0,
-    "seed": 1234,
-    "draws": 400,
-    "sample_tokens": 32,
-    "sample_alpha": 0.01,
-    "sample_processes": True,
-    "constrained_draws": 10,
-    "constrained_tokens": 64,
-    "unsatisfiable_tokens": 3,
-}
 #: the constraint: one JSON object naming one of the allowed commands
 COMMANDS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -66,13 +60,83 @@ NUMERICS_TOLERANT = ("sample_same_seed_beside_requests", "sample_same_seed_other
 TIE_MARGIN = 0.05
 
 
-def options(job: Job) -> dict[str, Any]:
-    opts = {**DEFAULTS, **{k: v for k, v in job.options.items() if k in DEFAULTS}}
-    Params.from_options(opts).validate()
-    if int(opts["draws"]) < 1 or int(opts["sample_tokens"]) < 2:
-        msg = "options.draws must be >= 1 and options.sample_tokens >= 2"
-        raise ValueError(msg)
-    return opts
+@dataclass(frozen=True)
+class SampleOptions(ScenarioOptions):
+    """The fixture's sampling options: the sampler's parameters (``temperature`` to
+    ``repeat_penalty``), the seed, and how much each phase draws."""
+
+    temperature: float = 2.0
+    top_k: int = 0
+    top_p: float = 0.5
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    seed: int = 1234
+    draws: int = 400
+    sample_tokens: int = 32
+    sample_alpha: float = 0.01
+    sample_processes: bool = True
+    constrained_draws: int = 10
+    constrained_tokens: int = 64
+    unsatisfiable_tokens: int = 3
+
+    @classmethod
+    def from_job(cls, job: Job) -> Self:
+        known = cls.defaults()
+        opts = {**known, **{k: v for k, v in job.options.items() if k in known}}
+        sampler = Params.from_options(opts)
+        sampler.validate()
+        if int(opts["draws"]) < 1 or int(opts["sample_tokens"]) < 2:
+            msg = "options.draws must be >= 1 and options.sample_tokens >= 2"
+            raise ValueError(msg)
+        return cls(
+            **sampler.to_dict(),
+            seed=int(opts["seed"]),
+            draws=int(opts["draws"]),
+            sample_tokens=int(opts["sample_tokens"]),
+            sample_alpha=float(opts["sample_alpha"]),
+            sample_processes=bool(opts["sample_processes"]),
+            constrained_draws=int(opts["constrained_draws"]),
+            constrained_tokens=int(opts["constrained_tokens"]),
+            unsatisfiable_tokens=int(opts["unsatisfiable_tokens"]),
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The sampler's parameters (``rtmatrix.metrics.sampler.Params``) as the runtime takes
+        them."""
+        return Params.from_options(self.to_dict()).to_dict()
+
+
+@dataclass
+class SampleResult(ScenarioResult):
+    """What the worker's half of ``sample`` found (its dict form crosses to the parent); the
+    parent adds the reference's view (``first_steps_reference_top5``, ``order``) or why it has
+    none (``order_unavailable``)."""
+
+    scenario: str = Scenario.SAMPLE.value
+    api: str | None = None
+    order_documented: str | None = None
+    order_source: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    prompt: list[int] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    sequence: list[int] = field(default_factory=list)
+    sequence_wall_s: float | None = None
+    constrained: dict[str, Any] | None = field(default=None, metadata=ABSENT_WHEN_NONE)
+    draws_wall_s: float | None = None
+    first_token_counts: dict[str, int] = field(default_factory=dict)
+    alpha: float | None = None
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    first_steps_reference_top5: list[dict[str, Any]] | None = field(
+        default=None, metadata=ABSENT_WHEN_NONE
+    )
+    order: dict[str, Any] | None = field(default=None, metadata=ABSENT_WHEN_NONE)
+    order_unavailable: str | None = field(default=None, metadata=ABSENT_WHEN_NONE)
+
+    def lifecycle(self) -> Lifecycle:
+        return Lifecycle(
+            self.api, self.checks, [], self.skipped, [], extra={"sampler": summary(self)}
+        )
 
 
 def compare_runs(label: str, a: Sequence[int], b: Sequence[int], same: bool) -> dict[str, Any]:
@@ -133,74 +197,73 @@ def run(
     job: Job,
     prompt: list[int],
     banned: list[int],
-    mark: Callable[[str, float], None],
-) -> dict[str, Any]:
-    if not isinstance(adapter, Sampling):
-        raise RuntimeUnavailable(missing(adapter, Sampling, f"scenario {Scenario.SAMPLE.value!r}"))
-    opts = options(job)
-    params = Params.from_options(opts).to_dict()
-    seed, n = int(opts["seed"]), int(opts["sample_tokens"])
-    res: dict[str, Any] = {
-        "scenario": Scenario.SAMPLE.value,
-        "api": adapter.sampler_api,
-        "order_documented": adapter.sampler_order,
-        "order_source": adapter.sampler_order_source,
-        "params": params,
-        "seed": seed,
-        "prompt": list(prompt),
-        "skipped": {},
-    }
-    checks: list[dict[str, Any]] = []
+    mark: Mark,
+) -> SampleResult:
+    """Reproducibility, the constrained phase and the first-token draws. The registry has
+    checked that ``adapter`` offers ``Sampling``."""
+    sampler = cast(Sampling, adapter)
+    opts = SampleOptions.from_job(job)
+    params = opts.params()
+    seed, n = opts.seed, opts.sample_tokens
+    res = SampleResult(
+        api=sampler.sampler_api,
+        order_documented=sampler.sampler_order,
+        order_source=sampler.sampler_order_source,
+        params=params,
+        seed=seed,
+        prompt=list(prompt),
+    )
     t0 = clock()
-    first = adapter.sample_generate(prompt, n, params, seed)
-    again = adapter.sample_generate(prompt, n, params, seed)
-    other = adapter.sample_generate(prompt, n, params, seed + 1)
-    res["sequence"] = first
-    res["sequence_wall_s"] = (clock() - t0) / 3
-    checks.append(compare_runs("sample_same_seed_twice", first, again, same=True))
-    checks.append(compare_runs("sample_other_seed_differs", first, other, same=False))
-    if opts["sample_processes"]:
-        p = job.params
-        for label, threads in (
-            ("sample_same_seed_other_process", p.threads),
-            ("sample_same_seed_other_threads", 1 if p.threads != 1 else 2),
-        ):
-            got = in_child(job, prompt, n, params, seed, threads)
-            if "error" in got:
-                checks.append(check(label, False, f"the child process failed: {got['error']}"))
-            else:
-                checks.append(
-                    compare_runs(label, first, got["tokens"], same=True) | {"threads": threads}
-                )
+    first = sampler.sample_generate(prompt, n, params, seed)
+    again = sampler.sample_generate(prompt, n, params, seed)
+    other = sampler.sample_generate(prompt, n, params, seed + 1)
+    res.sequence = first
+    res.sequence_wall_s = (clock() - t0) / 3
+    res.checks.append(compare_runs("sample_same_seed_twice", first, again, same=True))
+    res.checks.append(compare_runs("sample_other_seed_differs", first, other, same=False))
+    if opts.sample_processes:
+        res.checks += process_checks(job, prompt, n, params, seed, first)
     else:
-        res["skipped"]["processes"] = "options.sample_processes = false"
+        res.skipped["processes"] = "options.sample_processes = false"
     beside = getattr(adapter, "sample_beside_requests", None)
     if callable(beside):  # a server: the same request while other slots generate
-        checks.append(
-            compare_runs(
-                "sample_same_seed_beside_requests",
-                first,
-                beside(prompt, n, params, seed),
-                same=True,
-            )
+        again_beside = beside(prompt, n, params, seed)
+        res.checks.append(
+            compare_runs("sample_same_seed_beside_requests", first, again_beside, same=True)
         )
     else:
-        res["skipped"]["beside_requests"] = "not a server: no concurrent requests to sample beside"
+        res.skipped["beside_requests"] = "not a server: no concurrent requests to sample beside"
     if isinstance(adapter, ConstrainedSampling):
-        res["constrained"] = constrained_phase(adapter, prompt, params, seed, opts)
-        checks += constrained_checks(res["constrained"])
+        res.constrained = constrained_phase(adapter, prompt, params, seed, opts)
+        res.checks += constrained_checks(res.constrained)
     else:
-        res["skipped"]["constrained"] = missing(adapter, ConstrainedSampling, "constrained output")
+        res.skipped["constrained"] = missing(adapter, ConstrainedSampling, "constrained output")
     t1 = clock()
     draws = [
-        adapter.sample_generate(prompt, 1, params, seed + 1000 + i)[0]
-        for i in range(int(opts["draws"]))
+        sampler.sample_generate(prompt, 1, params, seed + 1000 + i)[0] for i in range(opts.draws)
     ]
-    res["draws_wall_s"] = clock() - t1
-    res["first_token_counts"] = {str(k): v for k, v in sorted(Counter(draws).items())}
-    res["alpha"] = float(opts["sample_alpha"])
-    res["checks"] = checks
+    res.draws_wall_s = clock() - t1
+    res.first_token_counts = {str(k): v for k, v in sorted(Counter(draws).items())}
+    res.alpha = opts.sample_alpha
     return res
+
+
+def process_checks(
+    job: Job, prompt: list[int], n: int, params: dict[str, Any], seed: int, first: list[int]
+) -> list[dict[str, Any]]:
+    """The same sampling in a second process, and in one with another thread count."""
+    out = []
+    p = job.params
+    for label, threads in (
+        ("sample_same_seed_other_process", p.threads),
+        ("sample_same_seed_other_threads", 1 if p.threads != 1 else 2),
+    ):
+        got = in_child(job, prompt, n, params, seed, threads)
+        if "error" in got:
+            out.append(check(label, False, f"the child process failed: {got['error']}"))
+        else:
+            out.append(compare_runs(label, first, got["tokens"], same=True) | {"threads": threads})
+    return out
 
 
 def valid(text: str, schema: dict[str, Any]) -> tuple[bool, str]:
@@ -223,14 +286,12 @@ def constrained_phase(
     prompt: list[int],
     params: dict[str, Any],
     seed: int,
-    opts: dict[str, Any],
+    opts: SampleOptions,
 ) -> dict[str, Any]:
     """``constrained_draws`` sampled answers under the schema (each parsed and validated), the
     same count unconstrained for the cost, and one answer whose budget is too small to close
     the object (what the runtime does then)."""
-    from rtmatrix.adapters.capabilities import Sampling
-
-    k, budget = int(opts["constrained_draws"]), int(opts["constrained_tokens"])
+    k, budget = opts.constrained_draws, opts.constrained_tokens
     answers: list[dict[str, Any]] = []
     t0 = clock()
     for i in range(k):
@@ -257,7 +318,7 @@ def constrained_phase(
         t_free = clock() - t1
     t2 = clock()
     short = adapter.sample_constrained(
-        prompt, int(opts["unsatisfiable_tokens"]), params, seed + 3000, COMMANDS_SCHEMA
+        prompt, opts.unsatisfiable_tokens, params, seed + 3000, COMMANDS_SCHEMA
     )
     short_ok, short_why = valid(str(short.get("text", "")), COMMANDS_SCHEMA)
     return {
@@ -269,7 +330,7 @@ def constrained_phase(
         "constrained_tps": n_con / t_con if t_con > 0 and n_con else None,
         "unconstrained_tps": free_tokens / t_free if t_free > 0 and free_tokens else None,
         "unsatisfiable": {
-            "budget_tokens": int(opts["unsatisfiable_tokens"]),
+            "budget_tokens": opts.unsatisfiable_tokens,
             "text": short.get("text"),
             "stop": short.get("stop"),
             "valid": short_ok,
@@ -302,9 +363,10 @@ def constrained_checks(con: dict[str, Any]) -> list[dict[str, Any]]:
 
 # -- metrics -----------------------------------------------------------------------------------
 def metrics(result: dict[str, Any]) -> dict[str, Metric]:
+    res = SampleResult.from_dict(result)
     clk = Source.HARNESS_CLOCK
     out: dict[str, Metric] = {}
-    checks = {c["name"]: c for c in result.get("checks") or []}
+    checks = {c["name"]: c for c in res.checks or []}
     for name, c in checks.items():
         if name.startswith("sample_"):
             out[name] = Metric(
@@ -313,83 +375,95 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
                 clk,
                 detail={k: v for k, v in c.items() if k not in ("a", "b")},
             )
-    order = result.get("order") or {}
-    out["sample_order_found"] = (
-        Metric(order.get("found"), "order", Source.MODELLED, detail=dict(order))
-        if order
-        else Metric.unavailable(
-            "order", str(result.get("order_unavailable") or "no reference for this model")
-        )
-    )
-    fits = order.get("fits") or {}
-    doc = fits.get(str(result.get("order_documented")))
-    out["sample_fit_p_value"] = (
-        Metric(doc["p_value"], "p", Source.MODELLED, detail=dict(doc) | {"alpha": order["alpha"]})
-        if doc
-        else Metric.unavailable("p", "no fit against the documented order")
-    )
-    con = result.get("constrained")
-    if con:
-        out["sample_constrained_valid"] = Metric(
-            f"{con['valid']}/{len(con['answers'])}",
-            "answers",
-            clk,
-            detail={
-                "api": con["api"],
-                "schema": con["schema"],
-                "answers": con["answers"][:10],
-                "unsatisfiable": con["unsatisfiable"],
-            },
-        )
-        tc, tf = con.get("constrained_tps"), con.get("unconstrained_tps")
-        out["sample_constrained_tg_ratio"] = (
-            Metric(
-                tc / tf,
-                "ratio",
-                clk,
-                detail={
-                    "constrained_tps": tc,
-                    "unconstrained_tps": tf,
-                    "method": "ids/s of the constrained answers ÷ ids/s of as many "
-                    "unconstrained ones of their mean length, same settings",
-                },
-            )
-            if tc and tf
-            else Metric.unavailable("ratio", "no timed answers on one side")
-        )
-    else:
-        why = str((result.get("skipped") or {}).get("constrained") or "not run")
-        out["sample_constrained_valid"] = Metric.unavailable("answers", why)
-    counts = result.get("first_token_counts") or {}
+    out |= order_metrics(res)
+    out |= constrained_metrics(res)
+    counts = res.first_token_counts or {}
     out["sample_draws"] = Metric(
         sum(counts.values()),
         "draws",
         clk,
         detail={
             "distinct_ids": len(counts),
-            "wall_s": result.get("draws_wall_s"),
+            "wall_s": res.draws_wall_s,
             "first_token_counts": counts,
-            "prompt": result.get("prompt"),
+            "prompt": res.prompt,
         },
     )
     return out
 
 
-def summary(result: dict[str, Any]) -> dict[str, Any]:
+def order_metrics(res: SampleResult) -> dict[str, Metric]:
+    """Which stage order the draws fit, and how well the documented one fits (the parent's
+    judgement against the reference)."""
+    order = res.order or {}
+    out: dict[str, Metric] = {}
+    out["sample_order_found"] = (
+        Metric(order.get("found"), "order", Source.MODELLED, detail=dict(order))
+        if order
+        else Metric.unavailable(
+            "order", str(res.order_unavailable or "no reference for this model")
+        )
+    )
+    fits = order.get("fits") or {}
+    doc = fits.get(str(res.order_documented))
+    out["sample_fit_p_value"] = (
+        Metric(doc["p_value"], "p", Source.MODELLED, detail=dict(doc) | {"alpha": order["alpha"]})
+        if doc
+        else Metric.unavailable("p", "no fit against the documented order")
+    )
+    return out
+
+
+def constrained_metrics(res: SampleResult) -> dict[str, Metric]:
+    clk = Source.HARNESS_CLOCK
+    con = res.constrained
+    if not con:
+        why = str((res.skipped or {}).get("constrained") or "not run")
+        return {"sample_constrained_valid": Metric.unavailable("answers", why)}
+    out: dict[str, Metric] = {}
+    out["sample_constrained_valid"] = Metric(
+        f"{con['valid']}/{len(con['answers'])}",
+        "answers",
+        clk,
+        detail={
+            "api": con["api"],
+            "schema": con["schema"],
+            "answers": con["answers"][:10],
+            "unsatisfiable": con["unsatisfiable"],
+        },
+    )
+    tc, tf = con.get("constrained_tps"), con.get("unconstrained_tps")
+    out["sample_constrained_tg_ratio"] = (
+        Metric(
+            tc / tf,
+            "ratio",
+            clk,
+            detail={
+                "constrained_tps": tc,
+                "unconstrained_tps": tf,
+                "method": "ids/s of the constrained answers ÷ ids/s of as many "
+                "unconstrained ones of their mean length, same settings",
+            },
+        )
+        if tc and tf
+        else Metric.unavailable("ratio", "no timed answers on one side")
+    )
+    return out
+
+
+def summary(res: SampleResult) -> dict[str, Any]:
     """The sampler panel's facts: parameters, documented and found order, each check's result
     and first divergence (with the reference's logits there, where the parent added them)."""
     return {
-        "api": result.get("api"),
-        "params": result.get("params"),
-        "seed": result.get("seed"),
-        "order_documented": result.get("order_documented"),
-        "order_source": result.get("order_source"),
-        "order": result.get("order"),
-        "order_unavailable": result.get("order_unavailable"),
-        "first_steps_reference_top5": result.get("first_steps_reference_top5"),
-        "checks": [
-            {k: v for k, v in c.items() if k not in ("a", "b")} for c in result.get("checks") or []
-        ],
+        "api": res.api,
+        "params": res.params,
+        "seed": res.seed,
+        "order_documented": res.order_documented,
+        "order_source": res.order_source,
+        "order": res.order,
+        "order_unavailable": res.order_unavailable,
+        "first_steps_reference_top5": res.first_steps_reference_top5,
+        "checks": [{k: v for k, v in c.items() if k not in ("a", "b")} for c in res.checks or []],
     }
 
 
@@ -441,7 +515,7 @@ def with_reference(
         counts[int(k)] = int(v)
     params = Params.from_options(result.get("params") or {})
     documented = str(result.get("order_documented"))
-    alpha = float(result.get("alpha") or DEFAULTS["sample_alpha"])
+    alpha = float(result.get("alpha") or SampleOptions().sample_alpha)
     order = judge_order(counts, logits, params, documented, alpha, prompt)
     result["order"] = order
     fits = order["fits"]
@@ -467,3 +541,12 @@ def with_reference(
         ),
     ]
     return out
+
+
+IMPL = ScenarioImpl(
+    name=Scenario.SAMPLE,
+    run=run,
+    metrics=metrics,
+    result=SampleResult,
+    options=SampleOptions,
+)

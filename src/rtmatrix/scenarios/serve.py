@@ -46,62 +46,44 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
+from rtmatrix.adapters.base import Adapter
 from rtmatrix.adapters.capabilities import (
-    BatchEngine,
     ServerCounters,
     ServerDriver,
     Serving,
     TokenServer,
-    missing,
 )
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
 from rtmatrix.scenarios import invariance, serverside
+from rtmatrix.scenarios.serve_result import (
+    ServeOptions,
+    ServeResult,
+    ServeRound,
+    ServeRun,
+    completed_check,
+    round_record,
+    ttft,
+)
+from rtmatrix.scenarios.spec import Mark, ScenarioImpl
 from rtmatrix.scenarios.trace import (
     RequestTrace,
     check,
     clock,
-    gaps,
     measured,
     quantile_metrics,
     quantiles,
-    trace_checks,
 )
 from rtmatrix.serverproc import ChildServer, free_port
 from rtmatrix.serverproc import request as plain_request
 
-DEFAULTS: dict[str, Any] = {
-    "serve_concurrency": [1, 2, 4],
-    "serve_rounds": 2,
-    "serve_tokens": None,  # default: params.gen_tokens
-    "serve_slow_delay_s": 0.05,
-    "serve_slow_tokens": 16,
-    "serve_interrupt_requests": False,
-    "serve_interrupt_probe": True,
-    "serve_start_timeout_s": 90.0,
-    "serve_request_timeout_s": 60.0,
-    "serve_invariance": True,
-    **invariance.DEFAULTS,
-}
+__all__ = ["IMPL", "ServeOptions", "ServeResult", "ServeRound", "metrics", "run", "ttft"]
+
 NO_PREFILL = "not observable over HTTP: the server reports no prefill start"
 BIAS = -1.0e9  # JSON has no -inf; added to a logit, it masks the token
-
-
-def options(job: Job) -> dict[str, Any]:
-    opts = {**DEFAULTS, **{k: v for k, v in job.options.items() if k in DEFAULTS}}
-    levels = opts["serve_concurrency"]
-    if not (
-        isinstance(levels, list)
-        and levels
-        and all(isinstance(n, int) and 0 < n <= 16 for n in levels)
-    ):
-        msg = f"options.serve_concurrency must be a list of 1..16, got {levels!r}"
-        raise ValueError(msg)
-    return opts
 
 
 class Server(ChildServer):
@@ -221,187 +203,158 @@ def concurrent(
     return traces
 
 
-def ttft(tr: RequestTrace) -> float | None:
-    if tr.first_token is None or tr.queued is None:
-        return None
-    return tr.first_token - tr.queued
-
-
-def tpot(tr: RequestTrace) -> float | None:
-    g = gaps(tr.tokens)
-    return sum(g) / len(g) if g else None
-
-
 # -- the scenario ----------------------------------------------------------------------------------
 def run(
     adapter: Adapter,
     job: Job,
     prompt: list[int],
     banned: list[int],
-    mark: Callable[[str, float], None],
-) -> dict[str, Any]:
-    if not isinstance(adapter, Serving):
-        if isinstance(adapter, BatchEngine):
-            from rtmatrix.scenarios import batch
-
-            return batch.run(adapter, job, prompt, banned, mark)
-        raise RuntimeUnavailable(missing(adapter, Serving, f"scenario {Scenario.SERVE.value!r}"))
-    driver = adapter.server_driver()
-    opts = options(job)
-    p = job.params
-    n_ctx = p.n_ctx
-    n_tok = int(opts["serve_tokens"] or p.gen_tokens)
-    timeout = float(opts["serve_request_timeout_s"])
-    budget = 0.8 * job.timeout_s
-    origin = clock()
-    deadline = origin + budget
-    text = driver.prompt_text(prompt)
+    mark: Mark,
+) -> ServeResult:
+    """The main server's phases, then the default-settings probe. The registry has checked that
+    ``adapter`` offers ``Serving`` (a ``BatchEngine`` is served by :mod:`.batch` instead)."""
+    driver = cast(Serving, adapter).server_driver()
+    ctx = ServeRun.of(job)
+    ctx.text = driver.prompt_text(prompt)
     masked = sorted({*banned, *driver.byte_tokens()})
-    bias = {str(t): BIAS for t in masked}
-
-    def payload(max_tokens: int, prompt_text: str = text) -> dict[str, Any]:
-        return {
-            "prompt": prompt_text,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "stream": True,
-            "logit_bias": bias,
-        }
-
-    res: dict[str, Any] = {
-        "scenario": Scenario.SERVE.value,
-        "runtime": adapter.name,
-        "api": driver.api,
-        "counters_doc": driver.counters_doc if isinstance(driver, ServerCounters) else None,
-        "prompt_tokens": len(prompt),
-        "max_tokens": n_tok,
-        "masked_token_ids": len(masked),
-        "skipped": {},
-    }
-    traces: list[RequestTrace] = []
-    checks: list[dict[str, Any]] = []
-
-    def time_left(phase: str) -> bool:
-        if clock() < deadline:
-            return True
-        res["skipped"][phase] = f"time budget ({budget:.0f} s = 0.8 x the cell timeout) spent"
-        return False
-
+    ctx.bias = {str(t): BIAS for t in masked}
+    counted = driver if isinstance(driver, ServerCounters) else None
+    ctx.res = ServeResult(
+        runtime=adapter.name,
+        api=driver.api,
+        counters_doc=counted.counters_doc if counted else None,
+        counter_labels=dict(counted.counter_labels) if counted else None,
+        prompt_tokens=len(prompt),
+        max_tokens=ctx.n_tok,
+        masked_token_ids=len(masked),
+    )
     with tempfile.TemporaryDirectory(prefix="rtmatrix-serve-") as tmp:
-        srv = Server(driver, Path(tmp), "server", bool(opts["serve_interrupt_requests"]))
-        res["server_settings"] = srv.settings
-        res["server_argv"] = list(srv.launch.argv)
+        srv = Server(driver, Path(tmp), "server", ctx.opts.serve_interrupt_requests)
+        ctx.res.server_settings = srv.settings
+        ctx.res.server_argv = list(srv.launch.argv)
         try:
-            srv.start(min(float(opts["serve_start_timeout_s"]), budget))
-            res["startup_s"] = srv.startup_s
-            res["endpoints"] = {
-                path: request(srv.port, "GET", path)[0]
-                for path in ("/health", "/metrics", "/v1/models")
-            }
-            res["rss_start"] = srv.rss()
-            # warm-up request, not counted
-            stream(srv.port, payload(4), RequestTrace("warmup"), timeout=timeout)
-            res["levels"] = {}
-            res["server_levels"] = {}
-            for n in opts["serve_concurrency"]:
-
-                def level(n: int = n) -> list[dict[str, Any]]:
-                    rounds = []
-                    for r in range(int(opts["serve_rounds"])):
-                        if not time_left(f"c{n}-round{r}"):
-                            break
-                        names = [f"c{n}-r{r}-{i}" for i in range(n)]
-                        trs = concurrent(srv.port, [payload(n_tok)] * n, names, timeout)
-                        traces.extend(trs)
-                        rounds.append(round_record(trs))
-                    return rounds
-
-                if isinstance(driver, ServerCounters):
-                    rounds, seen = serverside.observe(driver, srv.port, origin, level)
-                    res["server_levels"][str(n)] = seen
-                else:
-                    rounds = level()
-                res["levels"][str(n)] = rounds
-            if res["server_levels"]:
-                checks.append(slots_released_check(res["server_levels"]))
-            if (
-                isinstance(driver, TokenServer)
-                and opts["serve_invariance"]
-                and time_left("invariance")
-            ):
-                res["invariance"] = invariance_phase(driver, srv.port, job, adapter, banned, opts)
-                checks += invariance.checks(res["invariance"])
-            elif opts["serve_invariance"] and not isinstance(driver, TokenServer):
-                res["skipped"]["invariance"] = (
-                    f"the {driver.program} driver does not offer the TokenServer capability "
-                    "(token ids in, top log-probabilities out)"
-                )
-            sweep = [t for t in traces if t.name.startswith("c")]
-            bad = [f"{t.name}: {t.terminal} {t.info}" for t in sweep if t.terminal != "completed"]
-            checks.append(
-                check(
-                    "serve_requests_completed",
-                    not bad and bool(sweep),
-                    f"{len(sweep) - len(bad)}/{len(sweep)} concurrent streaming requests "
-                    "completed" + (f"; {'; '.join(bad[:4])}"[:400] if bad else ""),
-                )
-            )
-            if time_left("disconnect"):
-                res["disconnect"] = disconnect_phase(
-                    srv, driver, payload, n_ctx, len(prompt), timeout, traces
-                )
-                if "slot_free_s" in res["disconnect"]:
-                    free = res["disconnect"]["slot_free_s"]
-                    checks.append(
-                        check(
-                            "serve_disconnect_slot_freed",
-                            free is not None,
-                            "after the client disconnect every slot was idle again "
-                            + (f"after {free:.4f} s" if free is not None else "never")
-                            + f" (polled, within {serverside.IDLE_TIMEOUT_S:.0f} s)",
-                        )
-                    )
-            if time_left("slow-consumer"):
-                res["slow"] = slow_phase(srv, payload, n_tok, opts, timeout, traces)
-            if time_left("malformed"):
-                res["malformed"] = malformed_phase(
-                    srv, payload, text, n_ctx, len(prompt), timeout, traces
-                )
-            res["rss_after_abuse"] = srv.rss()
-            res["survival"] = survival(srv, timeout)
-            checks.append(
-                check(
-                    "serve_survived",
-                    res["survival"]["ok"],
-                    f"after disconnect, slow consumer and malformed requests: {res['survival']}",
-                )
-            )
-            if "disconnect" in res:
-                nxt = res["disconnect"]["next"]
-                checks.append(
-                    check(
-                        "serve_disconnect_released",
-                        nxt["terminal"] == "completed",
-                        "the request after a client disconnect "
-                        f"{nxt['terminal']} (TTFT {nxt['ttft_s']})",
-                    )
-                )
+            main_phases(ctx, driver, srv, adapter, prompt, banned)
         finally:
-            res["stop"] = srv.stop()
-            res["server_log_tail"] = srv.log_tail(1500)
-        checks.append(
-            check("serve_stopped", res["stop"].get("stopped") == "SIGTERM", str(res["stop"]))
-        )
-        if opts["serve_interrupt_probe"] and time_left("interrupt-probe"):
-            res["interrupt_probe"] = interrupt_probe(
-                driver, Path(tmp), payload, n_tok, timeout, traces
+            ctx.res.stop = stop = srv.stop()
+            ctx.res.server_log_tail = srv.log_tail(1500)
+        ctx.checks.append(check("serve_stopped", stop.get("stopped") == "SIGTERM", str(stop)))
+        if ctx.opts.serve_interrupt_probe and ctx.time_left("interrupt-probe"):
+            ctx.res.interrupt_probe = interrupt_probe(
+                driver, Path(tmp), ctx.payload, ctx.n_tok, ctx.timeout, ctx.traces
             )
-    res["findings"] = findings(res) + cache_findings(traces)
-    stored = [t.to_dict(origin) for t in traces]
-    checks += trace_checks(stored, need_release=True, label="serve")
-    res["traces"] = stored
-    res["checks"] = checks
-    return res
+    return ctx.finish(findings(ctx.res) + cache_findings(ctx.traces))
+
+
+def main_phases(
+    ctx: ServeRun,
+    driver: ServerDriver,
+    srv: Server,
+    adapter: Adapter,
+    prompt: list[int],
+    banned: list[int],
+) -> None:
+    """Phases 1-6 on the main server: start-up and endpoints, concurrency, invariance, the
+    abuse (disconnect, slow consumer, malformed requests) and survival."""
+    res, n_ctx = ctx.res, ctx.job.params.n_ctx
+    srv.start(min(ctx.opts.serve_start_timeout_s, ctx.budget))
+    res.startup_s = srv.startup_s
+    res.endpoints = {
+        path: request(srv.port, "GET", path)[0] for path in ("/health", "/metrics", "/v1/models")
+    }
+    res.rss_start = srv.rss()
+    # warm-up request, not counted
+    stream(srv.port, ctx.payload(4), RequestTrace("warmup"), timeout=ctx.timeout)
+    concurrency_phase(ctx, driver, srv.port)
+    invariance_step(ctx, driver, srv.port, adapter, banned)
+    ctx.checks.append(completed_check(ctx.traces, "concurrent streaming requests completed"))
+    if ctx.time_left("disconnect"):
+        res.disconnect = disconnect_phase(
+            srv, driver, ctx.payload, n_ctx, len(prompt), ctx.timeout, ctx.traces
+        )
+        ctx.checks += slot_freed_checks(res.disconnect)
+    if ctx.time_left("slow-consumer"):
+        res.slow = slow_phase(srv, ctx.payload, ctx.n_tok, ctx.opts, ctx.timeout, ctx.traces)
+    if ctx.time_left("malformed"):
+        res.malformed = malformed_phase(
+            srv, ctx.payload, ctx.text, n_ctx, len(prompt), ctx.timeout, ctx.traces
+        )
+    res.rss_after_abuse = srv.rss()
+    res.survival = survival(srv, ctx.timeout)
+    ctx.checks.append(
+        check(
+            "serve_survived",
+            res.survival["ok"],
+            f"after disconnect, slow consumer and malformed requests: {res.survival}",
+        )
+    )
+    if res.disconnect is not None:
+        nxt = res.disconnect["next"]
+        ctx.checks.append(
+            check(
+                "serve_disconnect_released",
+                nxt["terminal"] == "completed",
+                f"the request after a client disconnect {nxt['terminal']} (TTFT {nxt['ttft_s']})",
+            )
+        )
+
+
+def concurrency_phase(ctx: ServeRun, driver: ServerDriver, port: int) -> None:
+    """N concurrent streaming requests per level, ``serve_rounds`` rounds each; with
+    ``ServerCounters``, what the server said about each level."""
+    res = ctx.res
+    res.levels, res.server_levels = {}, {}
+    for n in ctx.opts.serve_concurrency:
+
+        def level(n: int = n) -> list[ServeRound]:
+            rounds = []
+            for r in range(ctx.opts.serve_rounds):
+                if not ctx.time_left(f"c{n}-round{r}"):
+                    break
+                names = [f"c{n}-r{r}-{i}" for i in range(n)]
+                trs = concurrent(port, [ctx.payload(ctx.n_tok)] * n, names, ctx.timeout)
+                ctx.traces.extend(trs)
+                rounds.append(round_record(trs))
+            return rounds
+
+        if isinstance(driver, ServerCounters):
+            rounds, seen = serverside.observe(driver, port, ctx.origin, level)
+            res.server_levels[str(n)] = seen
+        else:
+            rounds = level()
+        res.levels[str(n)] = rounds
+    if res.server_levels:
+        ctx.checks.append(slots_released_check(res.server_levels))
+
+
+def invariance_step(
+    ctx: ServeRun, driver: ServerDriver, port: int, adapter: Adapter, banned: list[int]
+) -> None:
+    """Batch invariance where the driver offers ``TokenServer`` (else skipped, saying why)."""
+    on = ctx.opts.serve_invariance
+    if isinstance(driver, TokenServer) and on and ctx.time_left("invariance"):
+        ctx.res.invariance = invariance_phase(driver, port, ctx.job, adapter, banned, ctx.opts)
+        ctx.checks += invariance.checks(ctx.res.invariance)
+    elif on and not isinstance(driver, TokenServer):
+        ctx.res.skipped["invariance"] = (
+            f"the {driver.program} driver does not offer the TokenServer capability "
+            "(token ids in, top log-probabilities out)"
+        )
+
+
+def slot_freed_checks(dis: dict[str, Any]) -> list[dict[str, Any]]:
+    """After the client disconnect every slot was idle again (``ServerCounters``)."""
+    if "slot_free_s" not in dis:
+        return []
+    free = dis["slot_free_s"]
+    return [
+        check(
+            "serve_disconnect_slot_freed",
+            free is not None,
+            "after the client disconnect every slot was idle again "
+            + (f"after {free:.4f} s" if free is not None else "never")
+            + f" (polled, within {serverside.IDLE_TIMEOUT_S:.0f} s)",
+        )
+    ]
 
 
 def cache_findings(traces: list[RequestTrace]) -> list[str]:
@@ -417,19 +370,6 @@ def cache_findings(traces: list[RequestTrace]) -> list[str]:
         f"{max(x['cache_n'] for x in cached)} prompt tokens reused): their TTFT is a cached "
         "prefill"
     ]
-
-
-def round_record(trs: list[RequestTrace]) -> dict[str, Any]:
-    t_first = min(t.queued for t in trs if t.queued is not None)
-    t_last = max(t.terminal_t for t in trs if t.terminal_t is not None)
-    return {
-        "ttft_s": [ttft(t) for t in trs],
-        "tpot_s": [tpot(t) for t in trs],
-        "tokens": [len(t.tokens) for t in trs],
-        "terminal": [t.terminal for t in trs],
-        "wall_s": t_last - t_first,
-        "errors": sum(1 for t in trs if t.terminal == "failed"),
-    }
 
 
 def slots_released_check(levels: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -449,19 +389,19 @@ def invariance_phase(
     job: Job,
     adapter: Adapter,
     banned: list[int],
-    opts: dict[str, Any],
+    opts: ServeOptions,
 ) -> dict[str, Any]:
     p = job.params
     bos = adapter.special_ids.get("bos", -1)
     reqs = invariance.plan(
-        int(opts["invariance_requests"]),
+        opts.invariance_requests,
         p.prompt_tokens,
         p.gen_tokens,
         p.n_ctx,
         adapter.vocab_size,
         bos if bos >= 0 else 1,
     )
-    return invariance.run_phase(driver, port, reqs, banned, opts)
+    return invariance.run_phase(driver, port, reqs, banned, opts.to_dict())
 
 
 def disconnect_phase(
@@ -501,13 +441,13 @@ def slow_phase(
     srv: Server,
     payload: Callable[[int], dict[str, Any]],
     n_tok: int,
-    opts: dict[str, Any],
+    opts: ServeOptions,
     timeout: float,
     traces: list[RequestTrace],
 ) -> dict[str, Any]:
     """A consumer reading one event per delay, and a normal request sent just after it."""
-    delay = float(opts["serve_slow_delay_s"])
-    n_slow = int(opts["serve_slow_tokens"])
+    delay = opts.serve_slow_delay_s
+    n_slow = opts.serve_slow_tokens
     slow, fast = RequestTrace("slow-consumer"), RequestTrace("behind-slow")
 
     def run_slow() -> None:
@@ -610,12 +550,12 @@ def interrupt_probe(
         srv.stop()
 
 
-def findings(res: dict[str, Any]) -> list[str]:
+def findings(res: ServeResult) -> list[str]:
     out: list[str] = []
-    for path, status in (res.get("endpoints") or {}).items():
+    for path, status in (res.endpoints or {}).items():
         if path != "/v1/models" and (status is None or status >= 400):
             out.append(f"no {path} endpoint (GET {path}: {status})")
-    for name, rec in (res.get("malformed") or {}).items():
+    for name, rec in (res.malformed or {}).items():
         if not isinstance(rec, dict):
             continue
         st = rec.get("status")
@@ -626,7 +566,7 @@ def findings(res: dict[str, Any]) -> list[str]:
             )
         elif st is not None and st >= 500:
             out.append(f"malformed request {name!r} answered {st} (a server error, not 4xx)")
-    probe = res.get("interrupt_probe") or {}
+    probe = res.interrupt_probe or {}
     if probe.get("interrupted"):
         first = probe["first"]
         out.append(
@@ -634,154 +574,188 @@ def findings(res: dict[str, Any]) -> list[str]:
             f"stream after {first['tokens']} of {probe['max_tokens']} tokens with [DONE] and "
             "no finish_reason"
         )
-    dis = res.get("disconnect") or {}
+    dis = res.disconnect or {}
     if dis and not dis.get("server_logged_disconnect"):
         out.append("the server log does not mention the client disconnect")
     return out
 
 
 # -- metrics ---------------------------------------------------------------------------------------
+CLK = Source.HARNESS_CLOCK
+NOT_IDLE = "the slots were not all idle within the wait"
+
+
 def metrics(result: dict[str, Any]) -> dict[str, Metric]:
-    clk, osacc = Source.HARNESS_CLOCK, Source.OS_ACCOUNTING
+    res = ServeResult.from_dict(result)
+    out = startup_metrics(res) | endpoint_metrics(res.endpoints or {})
+    for n, rounds in (res.levels or {}).items():
+        out |= level_metrics(n, rounds)
+    labels = res.counter_labels or {}
+    doc = str(res.counters_doc or "the server's own counters")
+    for n, seen in (res.server_levels or {}).items():
+        out |= serverside.level_metrics(n, seen, doc, labels)
+        out[f"serve_c{n}_server_idle_after_s"] = idle_after_metric(n, seen)
+    if res.invariance is not None or "invariance" in (res.skipped or {}):
+        why = str((res.skipped or {}).get("invariance") or "the phase did not run")
+        out |= invariance.metrics(res.invariance, why)
+    out |= disconnect_metrics(res)
+    out |= abuse_metrics(res)
+    out |= rss_metrics(res)
+    probe = res.interrupt_probe
+    if probe and "interrupted" in probe:
+        out["serve_default_interrupted_streams"] = Metric(
+            probe["interrupted"], "streams", CLK, detail=dict(probe)
+        )
+    elif probe:
+        out["serve_default_interrupted_streams"] = Metric.unavailable(
+            "streams", str(probe.get("error"))
+        )
+    return out
+
+
+def startup_metrics(res: ServeResult) -> dict[str, Metric]:
+    if res.startup_s is None:
+        why = str(res.startup_error or "the server never answered")
+        return {"serve_startup_s": Metric.unavailable("s", why)}
+    detail = {
+        "method": res.startup_method or "spawn -> /v1/models answers",
+        "argv": res.server_argv,
+        "settings": res.server_settings,
+    }
+    return {"serve_startup_s": Metric(res.startup_s, "s", CLK, detail=detail)}
+
+
+def endpoint_metrics(endpoints: dict[str, int | None]) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
-    out["serve_startup_s"] = (
-        Metric(
-            result["startup_s"],
-            "s",
-            clk,
-            detail={
-                "method": result.get("startup_method") or "spawn -> /v1/models answers",
-                "argv": result.get("server_argv"),
-                "settings": result.get("server_settings"),
-            },
-        )
-        if result.get("startup_s") is not None
-        else Metric.unavailable(
-            "s", str(result.get("startup_error") or "the server never answered")
-        )
-    )
-    for path, status in (result.get("endpoints") or {}).items():
+    for path, status in endpoints.items():
         key = {"/health": "serve_health_status", "/metrics": "serve_metrics_status"}.get(path)
         if key:
             out[key] = (
                 Metric(
                     status,
                     "http-status",
-                    clk,
+                    CLK,
                     detail={"path": path, "exists": status is not None and status < 400},
                 )
                 if status is not None
                 else Metric.unavailable("http-status", f"GET {path} got no answer")
             )
-    for n, rounds in (result.get("levels") or {}).items():
-        pre = f"serve_c{n}"
-        ttfts = [v for r in rounds for v in r["ttft_s"] if v is not None]
-        tpots = [v for r in rounds for v in r["tpot_s"] if v is not None]
-        none = f"no request at concurrency {n} produced a token"
-        out |= quantile_metrics(
-            f"{pre}_ttft",
-            ttfts,
-            clk,
+    return out
+
+
+def level_metrics(n: str, rounds: list[ServeRound]) -> dict[str, Metric]:
+    """``serve_c<N>_*``: the client's TTFT and TPOT quantiles, throughput and errors."""
+    pre = f"serve_c{n}"
+    ttfts = [v for r in rounds for v in r["ttft_s"] if v is not None]
+    tpots = [v for r in rounds for v in r["tpot_s"] if v is not None]
+    none = f"no request at concurrency {n} produced a token"
+    out = quantile_metrics(
+        f"{pre}_ttft",
+        ttfts,
+        CLK,
+        none,
+        method="request sent -> first token event, client side",
+        concurrency=int(n),
+    )
+    out |= {
+        k: v
+        for k, v in quantile_metrics(
+            f"{pre}_tpot",
+            tpots,
+            CLK,
             none,
-            method="request sent -> first token event, client side",
+            method="per request, mean interval between token events",
             concurrency=int(n),
-        )
-        out |= {
-            k: v
-            for k, v in quantile_metrics(
-                f"{pre}_tpot",
-                tpots,
-                clk,
-                none,
-                method="per request, mean interval between token events",
-                concurrency=int(n),
-            ).items()
-            if not k.endswith("p99_s")
-        }
-        out[f"{pre}_throughput_tps"] = measured(
-            [sum(r["tokens"]) / r["wall_s"] for r in rounds if r["wall_s"] > 0],
-            "tokens/s",
-            clk,
-            method="token events of all concurrent requests / first sent -> last ended, per round",
-            why_none=none,
-        )
-        out[f"{pre}_errors"] = Metric(
-            sum(r["errors"] for r in rounds),
-            "requests",
-            clk,
-            detail={
-                "requests": sum(len(r["tokens"]) for r in rounds),
-                "terminal": [t for r in rounds for t in r["terminal"]],
-            },
-        )
-    doc = str(result.get("counters_doc") or "the server's own counters")
-    for n, seen in (result.get("server_levels") or {}).items():
-        out |= serverside.level_metrics(n, seen, doc)
-        out[f"serve_c{n}_server_idle_after_s"] = (
-            Metric(
-                seen["idle_after_s"],
-                "s",
-                clk,
-                detail={
-                    "method": "last client request ended -> every slot idle (polled)",
-                    "concurrency": int(n),
-                    "slot_transitions": seen.get("slot_transitions", [])[:200],
-                },
-            )
-            if seen.get("idle_after_s") is not None
-            else Metric.unavailable("s", "the slots were not all idle within the wait")
-        )
-    if "invariance" in result or "invariance" in (result.get("skipped") or {}):
-        why = str((result.get("skipped") or {}).get("invariance") or "the phase did not run")
-        out |= invariance.metrics(result.get("invariance"), why)
-    dis = result.get("disconnect")
-    if dis and "slot_free_s" in dis:
+        ).items()
+        if not k.endswith("p99_s")
+    }
+    out[f"{pre}_throughput_tps"] = measured(
+        [sum(r["tokens"]) / r["wall_s"] for r in rounds if r["wall_s"] > 0],
+        "tokens/s",
+        CLK,
+        method="token events of all concurrent requests / first sent -> last ended, per round",
+        why_none=none,
+    )
+    out[f"{pre}_errors"] = Metric(
+        sum(r["errors"] for r in rounds),
+        "requests",
+        CLK,
+        detail={
+            "requests": sum(len(r["tokens"]) for r in rounds),
+            "terminal": [t for r in rounds for t in r["terminal"]],
+        },
+    )
+    return out
+
+
+def idle_after_metric(n: str, seen: dict[str, Any]) -> Metric:
+    if seen.get("idle_after_s") is None:
+        return Metric.unavailable("s", NOT_IDLE)
+    return Metric(
+        seen["idle_after_s"],
+        "s",
+        CLK,
+        detail={
+            "method": "last client request ended -> every slot idle (polled)",
+            "concurrency": int(n),
+            "slot_transitions": seen.get("slot_transitions", [])[:200],
+        },
+    )
+
+
+def disconnect_metrics(res: ServeResult) -> dict[str, Metric]:
+    """After a client dropped a long stream: when the slots were free, and the next TTFT."""
+    dis = res.disconnect
+    if not dis:
+        return {}
+    out: dict[str, Metric] = {}
+    if "slot_free_s" in dis:
         out["serve_disconnect_slot_free_s"] = (
             Metric(
                 dis["slot_free_s"],
                 "s",
-                clk,
+                CLK,
                 detail={
                     "method": "client closed the connection mid-stream -> every slot idle "
                     "(the server's slots, polled)"
                 },
             )
             if dis["slot_free_s"] is not None
-            else Metric.unavailable("s", "the slots were not all idle within the wait")
+            else Metric.unavailable("s", NOT_IDLE)
         )
-    if dis:
-        base = quantiles(
-            [
-                v
-                for r in (result.get("levels") or {}).get("1", [])
-                for v in r["ttft_s"]
-                if v is not None
-            ]
+    base = quantiles(
+        [v for r in (res.levels or {}).get("1", []) for v in r["ttft_s"] if v is not None]
+    )
+    nxt = dis["next"]
+    out["serve_disconnect_next_ttft_s"] = (
+        Metric(
+            nxt["ttft_s"],
+            "s",
+            CLK,
+            detail={
+                "method": "TTFT of the request sent right after a client dropped a long stream",
+                "baseline_c1_ttft_p50_s": base.get("p50"),
+                "abandoned_max_tokens": dis["abandoned_max_tokens"],
+                "server_logged_disconnect": dis["server_logged_disconnect"],
+            },
         )
-        nxt = dis["next"]
-        out["serve_disconnect_next_ttft_s"] = (
-            Metric(
-                nxt["ttft_s"],
-                "s",
-                clk,
-                detail={
-                    "method": "TTFT of the request sent right after a client dropped a long stream",
-                    "baseline_c1_ttft_p50_s": base.get("p50"),
-                    "abandoned_max_tokens": dis["abandoned_max_tokens"],
-                    "server_logged_disconnect": dis["server_logged_disconnect"],
-                },
-            )
-            if nxt.get("ttft_s") is not None
-            else Metric.unavailable("s", f"the request after the disconnect {nxt['terminal']}")
-        )
-    slow = result.get("slow")
+        if nxt.get("ttft_s") is not None
+        else Metric.unavailable("s", f"the request after the disconnect {nxt['terminal']}")
+    )
+    return out
+
+
+def abuse_metrics(res: ServeResult) -> dict[str, Metric]:
+    """Behind a slow consumer, the malformed requests' statuses, and whether it survived."""
+    out: dict[str, Metric] = {}
+    slow = res.slow
     if slow:
         b = slow["behind"]
         out["serve_behind_slow_consumer_ttft_s"] = (
             Metric(
                 b["ttft_s"],
                 "s",
-                clk,
+                CLK,
                 detail={
                     "method": "TTFT of a request sent while a slow consumer reads its stream",
                     "slow_read_delay_s": slow["delay_s"],
@@ -792,37 +766,50 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
             if b.get("ttft_s") is not None
             else Metric.unavailable("s", f"the request behind the slow consumer {b['terminal']}")
         )
-    mal = result.get("malformed")
+    mal = res.malformed
     if mal:
         for name in ("invalid-json", "wrong-types", "over-context"):
             st = (mal.get(name) or {}).get("status")
             key = f"serve_malformed_{name.replace('-', '_')}_status"
             out[key] = (
-                Metric(st, "http-status", clk, detail=dict(mal[name]))
+                Metric(st, "http-status", CLK, detail=dict(mal[name]))
                 if st is not None
                 else Metric.unavailable("http-status", f"no HTTP status: {mal.get(name)}")
             )
-    surv = result.get("survival")
+    surv = res.survival
     if surv:
         out["serve_survived"] = Metric(
-            "yes" if surv["ok"] else "no", "verdict", clk, detail=dict(surv)
-        )
-    rss = () if result.get("in_process") else (("rss_start", "after start"),
-                                                ("rss_after_abuse", "after the abuse"))  # fmt: skip
-    for key, label in rss:
-        name = f"serve_server_rss_{'start' if key == 'rss_start' else 'after_abuse'}_bytes"
-        out[name] = (
-            Metric(result[key], "bytes", osacc, detail={"method": f"server process RSS {label}"})
-            if result.get(key)
-            else Metric.unavailable("bytes", "the server process was not running")
-        )
-    probe = result.get("interrupt_probe")
-    if probe and "interrupted" in probe:
-        out["serve_default_interrupted_streams"] = Metric(
-            probe["interrupted"], "streams", clk, detail=dict(probe)
-        )
-    elif probe:
-        out["serve_default_interrupted_streams"] = Metric.unavailable(
-            "streams", str(probe.get("error"))
+            "yes" if surv["ok"] else "no", "verdict", CLK, detail=dict(surv)
         )
     return out
+
+
+def rss_metrics(res: ServeResult) -> dict[str, Metric]:
+    """The server process's RSS after start and after the abuse (none in process)."""
+    if res.in_process:
+        return {}
+    out: dict[str, Metric] = {}
+    for value, name, label in (
+        (res.rss_start, "start", "after start"),
+        (res.rss_after_abuse, "after_abuse", "after the abuse"),
+    ):
+        out[f"serve_server_rss_{name}_bytes"] = (
+            Metric(
+                value,
+                "bytes",
+                Source.OS_ACCOUNTING,
+                detail={"method": f"server process RSS {label}"},
+            )
+            if value
+            else Metric.unavailable("bytes", "the server process was not running")
+        )
+    return out
+
+
+IMPL = ScenarioImpl(
+    name=Scenario.SERVE,
+    run=run,
+    metrics=metrics,
+    result=ServeResult,
+    options=ServeOptions,
+)

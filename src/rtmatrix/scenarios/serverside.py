@@ -11,25 +11,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rtmatrix.adapters.capabilities import ServerCounters
+from rtmatrix.adapters.capabilities import CounterReading, ServerCounters
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.scenarios.trace import clock
 
 POLL_S = 0.01
 IDLE_TIMEOUT_S = 10.0
-# the Prometheus names llama-server exposes; a driver of another server may expose others
-PREDICTED = "llamacpp:tokens_predicted_total"
-PREDICTED_S = "llamacpp:tokens_predicted_seconds_total"
-PROMPT = "llamacpp:prompt_tokens_total"
-PROMPT_S = "llamacpp:prompt_seconds_total"
-DECODES = "llamacpp:n_decode_total"
-BUSY_PER_DECODE = "llamacpp:n_busy_slots_per_decode"
+#: the neutral name of the decode-call counter, and what the detail calls it where the driver
+#: gives no word of its own (``ServerCounters.counter_labels``)
+DECODE_CALLS = "decode_calls"
+DECODE_CALLS_LABEL = "decode calls"
 
 
-def scrape(driver: ServerCounters, port: int) -> dict[str, float] | None:
+def scrape(driver: ServerCounters, port: int) -> CounterReading | None:
     try:
         return driver.counters(port)
     except Exception:  # a server that cannot answer now: the level records it as missing
@@ -96,26 +93,25 @@ def wait_idle(driver: ServerCounters, port: int, timeout_s: float) -> float | No
     return None
 
 
-def level_counters(
-    before: dict[str, float] | None, after: dict[str, float] | None
-) -> dict[str, Any]:
-    """The server's own figures over one concurrency level, from its counters' deltas."""
+def level_counters(before: CounterReading | None, after: CounterReading | None) -> dict[str, Any]:
+    """The server's own figures over one concurrency level, from its counters' deltas (the
+    neutral names of :class:`~rtmatrix.adapters.capabilities.CounterReading`); ``deltas``: every
+    counter the server keeps, by its own name."""
     if before is None or after is None:
         return {"error": "the server's counters could not be read before and after the level"}
+    b, a = before.figures, after.figures
 
     def delta(key: str) -> float | None:
-        return after[key] - before[key] if key in after and key in before else None
+        return a[key] - b[key] if key in a and key in b else None
 
     return {
-        "tokens_predicted": delta(PREDICTED),
-        "tokens_predicted_seconds": delta(PREDICTED_S),
-        "prompt_tokens": delta(PROMPT),
-        "prompt_seconds": delta(PROMPT_S),
-        "decode_calls": delta(DECODES),
-        "busy_slots_per_decode": after.get(BUSY_PER_DECODE),
-        "deltas": {
-            k: after[k] - before[k] for k in sorted(after) if k in before and k.endswith("_total")
-        },
+        "tokens_predicted": delta("tokens_predicted"),
+        "tokens_predicted_seconds": delta("tokens_predicted_seconds"),
+        "prompt_tokens": delta("prompt_tokens"),
+        "prompt_seconds": delta("prompt_seconds"),
+        "decode_calls": delta(DECODE_CALLS),
+        "busy_slots_per_decode": a.get("busy_slots_per_decode"),
+        "deltas": {k: after.raw[k] - before.raw[k] for k in sorted(after.raw) if k in before.raw},
     }
 
 
@@ -123,15 +119,19 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def level_metrics(n: str, rec: dict[str, Any], doc: str) -> dict[str, Metric]:
-    """``serve_c<N>_server_*`` from one level's counter deltas (source runtime-counter)."""
+def level_metrics(
+    n: str, rec: dict[str, Any], doc: str, labels: Mapping[str, str] | None = None
+) -> dict[str, Metric]:
+    """``serve_c<N>_server_*`` from one level's counter deltas (source runtime-counter);
+    ``labels``: the server's words for a neutral counter (``ServerCounters.counter_labels``)."""
     rt, pre = Source.RUNTIME_COUNTER, f"serve_c{n}_server"
     c = rec.get("counters") or {}
     why = str(c.get("error") or "the server does not expose this counter")
+    decodes = (labels or {}).get(DECODE_CALLS, DECODE_CALLS_LABEL)
     figures: list[tuple[str, float | None, str, str]] = [
         ("tokens_predicted", c.get("tokens_predicted"), "tokens", "generated tokens (delta)"),
         ("prompt_tokens", c.get("prompt_tokens"), "tokens", "prompt tokens processed (delta)"),
-        ("decode_calls", c.get("decode_calls"), "calls", "llama_decode calls (delta)"),
+        ("decode_calls", c.get("decode_calls"), "calls", f"{decodes} (delta)"),
         (
             "tokens_per_decode",
             _ratio(c.get("tokens_predicted"), c.get("decode_calls")),

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import ReferenceBudget
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
@@ -150,6 +151,9 @@ class LlamaCppAdapter(Adapter):
     container: ClassVar[str] = "gguf"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
     crash_control: ClassVar[CrashControl | None] = CRASH_CONTROL
+    #: llama-bench once per phase (``-n 0``, ``-p 0``); llama-perplexity twice (the base file's
+    #: logits, then the KL divergence of the cell's file from them)
+    reference_budget: ClassVar[ReferenceBudget] = ReferenceBudget(benchmark_runs=2, quality_runs=2)
 
     def __init__(self) -> None:
         self._extra_bufts = EXTRA_BUFTS_DEFAULT

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtmatrix.adapters.capabilities import CounterReading
 from rtmatrix.serverproc import HOST, request
 
 # one sample line of the Prometheus text exposition format: name{labels} value [timestamp]
@@ -77,6 +78,25 @@ def parse_prometheus(text: str) -> dict[str, float]:
 def counter_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """``after - before`` of every ``*_total`` counter both scrapes have."""
     return {k: after[k] - before[k] for k in sorted(after) if k.endswith("_total") and k in before}
+
+
+#: llama-server's Prometheus names of the neutral counters a ``ServerCounters`` driver hands the
+#: ``serve`` scenario (:class:`rtmatrix.adapters.capabilities.CounterReading`)
+PROMETHEUS_NAMES: dict[str, str] = {
+    "tokens_predicted": "llamacpp:tokens_predicted_total",
+    "tokens_predicted_seconds": "llamacpp:tokens_predicted_seconds_total",
+    "prompt_tokens": "llamacpp:prompt_tokens_total",
+    "prompt_seconds": "llamacpp:prompt_seconds_total",
+    "decode_calls": "llamacpp:n_decode_total",
+    "busy_slots_per_decode": "llamacpp:n_busy_slots_per_decode",
+}
+
+
+def counter_reading(samples: dict[str, float]) -> CounterReading:
+    """One scrape of ``/metrics`` in neutral names (those it has), and every ``*_total``
+    counter by its own name."""
+    figures = {k: samples[name] for k, name in PROMETHEUS_NAMES.items() if name in samples}
+    return CounterReading(figures, {k: v for k, v in samples.items() if k.endswith("_total")})
 
 
 # -- /slots ------------------------------------------------------------------------------------

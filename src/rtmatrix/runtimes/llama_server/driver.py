@@ -8,11 +8,12 @@ the top log-probabilities of every position (``TokenServer``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from rtmatrix.adapters.capabilities import ServerLaunch
+from rtmatrix.adapters.capabilities import CounterReading, ServerLaunch
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.process import server_argv
 
@@ -29,6 +30,7 @@ class LlamaServerDriver:
     program = "llama-server"
     api = "llama-server /v1/completions (OpenAI-compatible, server-sent events)"
     counters_doc = "llama-server GET /metrics (Prometheus text, --metrics) and GET /slots"
+    counter_labels: Mapping[str, str] = MappingProxyType({"decode_calls": "llama_decode calls"})
     token_api = (
         "llama-server POST /completion (prompt = token ids, greedy top_k 1, n_probs: top "
         "log-probabilities before sampling)"
@@ -54,8 +56,11 @@ class LlamaServerDriver:
         return "cancel task" in log
 
     # -- ServerCounters ------------------------------------------------------------------------
-    def counters(self, port: int) -> dict[str, float]:
-        return client.parse_prometheus(client.get_text(port, "/metrics", 5.0))
+    def counters(self, port: int) -> CounterReading:
+        """``/metrics`` with the Prometheus names translated (``client.PROMETHEUS_NAMES``)."""
+        return client.counter_reading(
+            client.parse_prometheus(client.get_text(port, "/metrics", 5.0))
+        )
 
     def slots(self, port: int) -> list[dict[str, Any]]:
         return [s.to_dict() for s in client.parse_slots(client.get_json(port, "/slots", 5.0))]

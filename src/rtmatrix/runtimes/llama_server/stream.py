@@ -22,8 +22,8 @@ from rtmatrix.adapters.capabilities import OnPrefill, OnToken
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.client import Completion, EventStream
 
-PREDICTED = "llamacpp:tokens_predicted_total"
-PROMPT = "llamacpp:prompt_tokens_total"
+PREDICTED = client.PROMETHEUS_NAMES["tokens_predicted"]
+PROMPT = client.PROMETHEUS_NAMES["prompt_tokens"]
 POLL_S = 0.002
 RELEASE_TIMEOUT_S = 30.0
 PROBE_TOKENS = 4  # an uncancelled mid-prefill probe generates this many tokens, then ends

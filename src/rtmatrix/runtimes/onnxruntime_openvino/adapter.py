@@ -8,7 +8,8 @@ installs the same ``onnxruntime`` module as the plain wheel, so it lives in its 
 
 What this row adds to the ORT evidence:
 
-- ``partitions`` (``rtmatrix.metrics.partitions``, ORT's profile read by
+- ``partitions`` (``rtmatrix.metrics.partitions`` over the graph and assignment read by
+  ``rtmatrix.runtimes.onnxruntime.graph_partitions``, ORT's profile read by
   ``rtmatrix.runtimes.onnxruntime.profile``): the partitions the delegate made, from ORT's
   EP graph-assignment record (one entry per OpenVINO subgraph; CPU nodes grouped into connected
   components) on the graph ORT partitioned (its basic-level optimized graph, dumped by a CPU
@@ -52,7 +53,7 @@ from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
 from rtmatrix.metrics import partitions as pt
-from rtmatrix.runtimes.onnxruntime import profile
+from rtmatrix.runtimes.onnxruntime import graph_partitions, profile
 from rtmatrix.runtimes.onnxruntime.adapter import NP_TYPES, OrtAdapter
 from rtmatrix.runtimes.onnxruntime.placement import CPU, provider_names
 
@@ -190,6 +191,92 @@ def ov_query() -> dict[str, Any]:
 
 def _ov_query_main() -> None:
     print(json.dumps(ov_query()))
+
+
+# -- the partition evidence's pure steps -----------------------------------------------------------
+#: per phase: time per partition, run time, unattributed time, unattributed events, fused inputs
+_Times = tuple[
+    dict[str, dict[str, float]],
+    dict[str, float],
+    dict[str, float],
+    list[str],
+    dict[str, dict[str, dict[str, int]]],
+]
+
+
+def _measured_shapes(
+    graph: pt.Graph,
+    feeds: Mapping[str, Mapping[str, NDArray[Any]]],
+    events: list[Mapping[str, Any]],
+) -> dict[str, dict[str, pt.Shape]]:
+    """Per phase, the shape of every tensor: the feeds', then those ORT's profile reports."""
+    runs = profile.profile_runs(events)
+    shapes: dict[str, dict[str, pt.Shape]] = {}
+    for (ph, f), run in zip(feeds.items(), runs, strict=False):
+        shapes[ph] = {k: (str(v.dtype), tuple(int(d) for d in v.shape)) for k, v in f.items()}
+        shapes[ph] |= profile.shapes_from_profile(run, graph)
+    return shapes
+
+
+def _add_fused(out: dict[str, Any], fused: Mapping[str, Mapping[str, dict[str, int]]]) -> None:
+    """What ORT handed each fused subgraph, per partition, and the initializers among it."""
+    for entry in out["per_partition"]:
+        for ph, per in fused.items():
+            if entry["id"] in per:
+                entry.setdefault("fused_node", {})[ph] = per[entry["id"]]
+    # initializers ORT hands the delegate's fused subgraphs as inputs on every run (0 when the
+    # delegate took the whole model and compiled its weights in)
+    out["delegate_parameter_bytes_per_run"] = {
+        ph: sum(v.get("parameter_bytes", 0) for v in per.values()) for ph, per in fused.items()
+    }
+
+
+def _evidence_sources(timing: str, n_runs: dict[str, int]) -> dict[str, Any]:
+    """Where each part of the partition evidence comes from, in words."""
+    return {
+        "graph": "the basic-level optimized graph ORT partitions, dumped by a CPU session",
+        "assignment": "session.get_provider_graph_assignment_info() of the measured session",
+        "shapes": "measured: output_type_shape of every node in ORT's profile of that graph "
+        "on the CPU EP, at the cell's prompt length and one decode step after it",
+        "time": (
+            "profiling JSON of the measured session (profiling on during the repetitions): "
+            "mean per prefill run and per decode step over every repetition but the first"
+            if timing == "measured"
+            else "profiling JSON of a second session with the same providers and options, "
+            "run as the loop does (prefill, decode at P-1, decode at P; twice): the second "
+            "prefill and the last decode are timed"
+        )
+        + "; the profiler's own per-node cost lands in outside_partitions",
+        "timed_runs": n_runs,
+        "partition_definition": "one partition per delegate subgraph; CPU nodes grouped into "
+        "connected components",
+    }
+
+
+def _graph_check(
+    graph: pt.Graph,
+    assignment: Sequence[tuple[str, Sequence[str]]],
+    parts: Sequence[pt.Partition],
+    cross: Sequence[pt.Crossing],
+    fused: Mapping[str, Mapping[str, dict[str, int]]],
+) -> dict[str, Any]:
+    """The assignment record against the dumped graph, and each fused subgraph's outputs (from
+    the decode profile) against the tensors the graph says leave that partition."""
+    names = {n.name for n in graph.nodes}
+    assigned = {n for _, ns in assignment for n in ns}
+    decode = fused.get("decode", {})
+    check = [
+        (p.id, decode[p.id]["outputs"], len({c.tensor for c in cross if c.src == p.id}))
+        for p in parts
+        if p.id in decode
+    ]
+    return {
+        "nodes_in_graph": len(names),
+        "assigned_nodes_not_in_graph": len(assigned - names),
+        "graph_nodes_not_assigned": len(names - assigned),
+        "fused_outputs_match": all(a == b for _, a, b in check) if check else None,
+        "fused_outputs": [{"id": i, "profile": a, "graph": b} for i, a, b in check],
+    }
 
 
 class OrtOpenVinoAdapter(OrtAdapter):
@@ -405,18 +492,40 @@ class OrtOpenVinoAdapter(OrtAdapter):
         return feeds
 
     def _partition_evidence(self, delegate_on: bool) -> dict[str, Any]:
-        import onnx
-
-        ort = self._ort
         n_prompt = self._prompt_len or 16
         phases = {"prefill": (n_prompt, 0), "decode": (1, n_prompt)}
         self._release_session()
         _trim_heap()  # the analysis sessions should not stack on memory the measured one freed
         t0 = time.perf_counter()
+        graph, events, feeds = self._partitioned_graph(phases)
+        if self._assignment is None:
+            return {"unavailable": self._assignment_why or "no EP assignment recorded"}
+        parts = graph_partitions.ort_partitions(graph, self._assignment)
+        cross = pt.crossings(graph, parts)
+        shapes = _measured_shapes(graph, feeds, events)
+        del events, feeds
+        timing, n_runs, (times, run_us, other, missed, fused) = self._partition_times(phases, parts)
+        delegate = OV if delegate_on else None
+        tokens = {ph: n for ph, (n, _) in phases.items()}
+        out = pt.summarize(graph, parts, delegate, shapes, tokens, times, run_us, other)
+        _add_fused(out, fused)
+        out["sources"] = _evidence_sources(timing, n_runs)
+        out["graph_check"] = _graph_check(graph, self._assignment, parts, cross, fused)
+        if missed:
+            out["unattributed_events"] = sorted(set(missed))[:20]
+        out["analysis_s"] = round(time.perf_counter() - t0, 2)
+        return out
+
+    def _partitioned_graph(
+        self, phases: dict[str, tuple[int, int]]
+    ) -> tuple[pt.Graph, list[Mapping[str, Any]], dict[str, dict[str, NDArray[Any]]]]:
+        """The graph ORT partitions (its basic-level optimized graph; weights written aside, so
+        only the graph is parsed), ORT's profile of a prefill and a decode step on it (the shapes
+        of every tensor), and the feeds of those steps: one CPU session."""
+        import onnx
+
+        ort = self._ort
         with tempfile.TemporaryDirectory(prefix="rtmatrix-ov-") as tmp:
-            # 1. the graph ORT partitions (its basic-level optimized graph; weights written aside,
-            #    so only the graph is parsed) and the shapes of every tensor in it, as ORT's
-            #    profiler reports them for a prefill and a decode step: one CPU session
             dump = Path(tmp) / "basic.onnx"
             so = ort.SessionOptions()
             so.log_severity_level = 3
@@ -440,85 +549,22 @@ class OrtOpenVinoAdapter(OrtAdapter):
             gc.collect()
             model = onnx.load(str(dump), load_external_data=False)
             events = json.loads(prof.read_text("utf-8"))
-        graph = pt.graph_from_onnx(model)
-        del model
-        if self._assignment is None:
-            return {"unavailable": self._assignment_why or "no EP assignment recorded"}
-        names = {n.name for n in graph.nodes}
-        assigned = {n for _, ns in self._assignment for n in ns}
-        parts = pt.build_partitions(graph, self._assignment)
-        cross = pt.crossings(graph, parts)
-        runs = profile.profile_runs(events)
-        shapes: dict[str, dict[str, pt.Shape]] = {}
-        for (ph, f), run in zip(feeds.items(), runs, strict=False):
-            shapes[ph] = {k: (str(v.dtype), tuple(int(d) for d in v.shape)) for k, v in f.items()}
-            shapes[ph] |= profile.shapes_from_profile(run, graph)
-        del events, runs, feeds
-        # 2. time per partition: the measured session's own profile where it was on (a
-        #    delegate row), else a profiling session with the same providers and options
+        graph = graph_partitions.graph_from_onnx(model)
+        return graph, events, feeds
+
+    def _partition_times(
+        self, phases: dict[str, tuple[int, int]], parts: list[pt.Partition]
+    ) -> tuple[str, dict[str, int], _Times]:
+        """Time per partition: the measured session's own profile where it was on (a delegate
+        row), else a profiling session with the same providers and options; which of the two, and
+        how many runs per phase were timed."""
         measured = self._measured_runs()
         timing = "measured"
         if measured is None:
             measured = self._probe_runs(phases)
             timing = "probe"
-        times, run_us, other, missed, fused = self._mean_times(*measured, parts)
         n_runs = {ph: len(r) for ph, r in measured[0].items()}
-        del measured
-        delegate = OV if delegate_on else None
-        out = pt.summarize(
-            graph,
-            parts,
-            delegate,
-            shapes,
-            {ph: n for ph, (n, _) in phases.items()},
-            times,
-            run_us,
-            other,
-        )
-        for entry in out["per_partition"]:
-            for ph, per in fused.items():
-                if entry["id"] in per:
-                    entry.setdefault("fused_node", {})[ph] = per[entry["id"]]
-        # initializers ORT hands the delegate's fused subgraphs as inputs on every run (0 when the
-        # delegate took the whole model and compiled its weights in)
-        out["delegate_parameter_bytes_per_run"] = {
-            ph: sum(v.get("parameter_bytes", 0) for v in per.values()) for ph, per in fused.items()
-        }
-        decode = fused.get("decode", {})
-        check = [
-            (p.id, decode[p.id]["outputs"], len({c.tensor for c in cross if c.src == p.id}))
-            for p in parts
-            if p.id in decode
-        ]
-        out["sources"] = {
-            "graph": "the basic-level optimized graph ORT partitions, dumped by a CPU session",
-            "assignment": "session.get_provider_graph_assignment_info() of the measured session",
-            "shapes": "measured: output_type_shape of every node in ORT's profile of that graph "
-            "on the CPU EP, at the cell's prompt length and one decode step after it",
-            "time": (
-                "profiling JSON of the measured session (profiling on during the repetitions): "
-                "mean per prefill run and per decode step over every repetition but the first"
-                if timing == "measured"
-                else "profiling JSON of a second session with the same providers and options, "
-                "run as the loop does (prefill, decode at P-1, decode at P; twice): the second "
-                "prefill and the last decode are timed"
-            )
-            + "; the profiler's own per-node cost lands in outside_partitions",
-            "timed_runs": n_runs,
-            "partition_definition": "one partition per delegate subgraph; CPU nodes grouped into "
-            "connected components",
-        }
-        out["graph_check"] = {
-            "nodes_in_graph": len(names),
-            "assigned_nodes_not_in_graph": len(assigned - names),
-            "graph_nodes_not_assigned": len(names - assigned),
-            "fused_outputs_match": all(a == b for _, a, b in check) if check else None,
-            "fused_outputs": [{"id": i, "profile": a, "graph": b} for i, a, b in check],
-        }
-        if missed:
-            out["unattributed_events"] = sorted(set(missed))[:20]
-        out["analysis_s"] = round(time.perf_counter() - t0, 2)
-        return out
+        return timing, n_runs, self._mean_times(*measured, parts)
 
     # -- delegate on vs off, in the cell ------------------------------------------------------
     def _time_generation(self, sess: Any, n_prompt: int, n_gen: int) -> tuple[float, float]:
@@ -639,13 +685,7 @@ class OrtOpenVinoAdapter(OrtAdapter):
         by_phase: dict[str, list[list[Mapping[str, Any]]]],
         dur_phase: dict[str, list[float]],
         parts: list[pt.Partition],
-    ) -> tuple[
-        dict[str, dict[str, float]],
-        dict[str, float],
-        dict[str, float],
-        list[str],
-        dict[str, dict[str, dict[str, int]]],
-    ]:
+    ) -> _Times:
         """Mean microseconds per run of each phase, per partition; unattributed time; what ORT
         handed each fused subgraph (last run of the phase)."""
         times: dict[str, dict[str, float]] = {}

@@ -1,0 +1,171 @@
+"""One registry of the core metrics: what each one is, said once and read by everyone.
+
+A :class:`MetricSpec` per name of :class:`rtmatrix.names.M` holds its unit, its better
+direction, its default diff threshold and whether the gate checks it, the label the report shows
+and how a plot draws it. ``results/diff.py`` (``KNOWN_METRICS``, ``default_checks``),
+``results/paired.py``, the CLI's ``--metric`` check, ``report/plots.py`` and ``metrics/cell.py``
+read it; adding a metric is one entry here (plus the code that measures it).
+
+Scenario-specific families (``stream_*``, ``cancel_*``, ``serve_c<N>_*``) have no entry: their
+direction comes from the name's suffix (:data:`SUFFIX_DIRECTION`), their threshold is
+:data:`FALLBACK_THRESHOLD`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rtmatrix.names import M
+
+
+class Direction(StrEnum):
+    HIGHER = "higher"  # higher is better
+    LOWER = "lower"
+
+
+#: the diff threshold of a numeric metric that has no default (relative: 0.10 = 10 %)
+FALLBACK_THRESHOLD = 0.10
+#: the better direction of a metric without an entry, by how its name ends
+SUFFIX_DIRECTION: tuple[tuple[str, Direction], ...] = (
+    ("_tps", Direction.HIGHER),
+    ("_s", Direction.LOWER),
+    ("_bytes", Direction.LOWER),
+    ("_j", Direction.LOWER),
+    ("_w", Direction.LOWER),
+)
+#: plot groups: metrics drawn side by side (throughput) or stacked (cold start) in one
+#: figure, in registry order
+GROUP_THROUGHPUT = "throughput"
+GROUP_COLD_START = "cold start"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """How a plot draws a metric: the axis label and the factor from the stored unit to it."""
+
+    label: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: stored unit, better direction (None: neither), default diff threshold
+    (relative; None: not compared by default, :data:`FALLBACK_THRESHOLD` applies), whether the
+    gate checks it by default, the report's label, its plot group and plot axis."""
+
+    name: M
+    unit: str
+    label: str
+    direction: Direction | None = None
+    threshold: float | None = None
+    gated: bool = False
+    group: str | None = None
+    axis: Axis | None = None
+
+
+_H, _L = Direction.HIGHER, Direction.LOWER
+_TPS, _MIB, _MS = "tokens/s", 2.0**-20, 1e3
+
+# order matters: the compared metrics first, in the order diff, the gate and the CLI list them
+_SPECS = (
+    MetricSpec(M.PP_TPS, _TPS, "PP", _H, 0.10, True, GROUP_THROUGHPUT, Axis("PP tokens/s")),
+    MetricSpec(M.TG_TPS, _TPS, "TG", _H, 0.10, True, GROUP_THROUGHPUT, Axis("TG tokens/s")),
+    MetricSpec(M.PP_TPS_COUNTER, _TPS, "PP ctr", _H, 0.10),
+    MetricSpec(M.TG_TPS_COUNTER, _TPS, "TG ctr", _H, 0.10),
+    MetricSpec(M.TTFT, "s", "TTFT", _L, 0.10),
+    MetricSpec(M.TPOT, "s", "TPOT", _L, 0.10),
+    MetricSpec(M.TOKEN_P50, "s", "p50", _L, 0.25),
+    MetricSpec(M.TOKEN_P90, "s", "p90", _L, 0.25),
+    MetricSpec(M.COLD_PROCESS, "s", "process", _L, 0.50, group=GROUP_COLD_START),
+    MetricSpec(M.COLD_IMPORT, "s", "import", _L, 0.50, group=GROUP_COLD_START),
+    MetricSpec(M.COLD_LOAD, "s", "load", _L, 0.50, group=GROUP_COLD_START),
+    MetricSpec(M.COLD_FIRST_TOKEN, "s", "first token", _L, 0.50, group=GROUP_COLD_START),
+    MetricSpec(M.COLD_TOTAL, "s", "cold start", _L, 0.50, axis=Axis("cold start (ms)", _MS)),
+    MetricSpec(M.PEAK_RSS_SAMPLED, "bytes", "peak RSS sampled", _L, 0.10),
+    MetricSpec(
+        M.PEAK_RSS_OS, "bytes", "peak RSS", _L, 0.10, True, axis=Axis("peak RSS (MiB)", _MIB)
+    ),
+    MetricSpec(M.PACKAGE_SIZE, "bytes", "package size", _L, 0.20, True),
+    MetricSpec(M.ENERGY, "J", "energy", _L, 0.10),
+    MetricSpec(M.POWER, "W", "power", _L, 0.10),
+    # measured, but not compared by default
+    MetricSpec(M.ENERGY_PREFILL, "J", "prefill energy", _L),
+    MetricSpec(M.ENERGY_DECODE, "J", "decode energy", _L),
+    MetricSpec(M.ENERGY_PER_TOKEN, "J", "energy per token", _L),
+    # the reference tool's own figures: context for the ratios, never judged (no direction)
+    MetricSpec(M.PP_TPS_REFERENCE, _TPS, "PP ref"),
+    MetricSpec(M.TG_TPS_REFERENCE, _TPS, "TG ref"),
+    MetricSpec(M.PP_REFERENCE_RATIO, "ratio", "PP ÷ reference"),
+    MetricSpec(M.TG_REFERENCE_RATIO, "ratio", "TG ÷ reference"),
+    MetricSpec(M.LICENSE, "spdx", "license"),
+    MetricSpec(M.HOST_BUSY_CORES, "cores", "host busy cores"),
+    MetricSpec(M.HOST_STEAL_CORES, "cores", "host steal cores"),
+    MetricSpec(M.LIFECYCLE_CHECKS, "checks passed", "lifecycle checks"),
+    MetricSpec(M.KLD_MEAN, "nats", "KLD"),
+    MetricSpec(M.KLD_P99, "nats", "KLD p99"),
+    MetricSpec(M.SAME_TOP, "%", "same top"),
+    MetricSpec(M.PPL, "ppl", "ppl"),
+    MetricSpec(M.PPL_REFERENCE, "ppl", "ppl ref"),
+    MetricSpec(M.KLD_REFERENCE, "nats", "tool KLD"),
+    MetricSpec(M.SAME_TOP_REFERENCE, "%", "tool same top"),
+    MetricSpec(M.KLD_REFERENCE_RATIO, "ratio", "KLD ÷ tool"),
+    MetricSpec(M.SAME_TOP_REFERENCE_DIFF, "points", "same top − tool"),
+)
+METRICS: dict[str, MetricSpec] = {str(s.name): s for s in _SPECS}
+
+
+def spec(name: str) -> MetricSpec:
+    """The entry of a core metric; a KeyError naming the close ones for any other name."""
+    if name in METRICS:
+        return METRICS[name]
+    close = difflib.get_close_matches(name, list(METRICS), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    msg = f"unknown metric {name!r}{hint}; valid: {', '.join(METRICS)}"
+    raise KeyError(msg)
+
+
+def unit_of(name: str) -> str:
+    return spec(name).unit
+
+
+def direction_of(name: str) -> Direction | None:
+    """The entry's direction; for any other name, the one its suffix implies (or None)."""
+    if name in METRICS:
+        return METRICS[name].direction
+    return next((d for suffix, d in SUFFIX_DIRECTION if name.endswith(suffix)), None)
+
+
+def threshold_of(name: str) -> float:
+    """The default diff threshold, :data:`FALLBACK_THRESHOLD` where there is none."""
+    found = METRICS.get(name)
+    return FALLBACK_THRESHOLD if found is None or found.threshold is None else found.threshold
+
+
+def compared() -> dict[str, tuple[Direction, float, bool]]:
+    """Name -> (direction, default threshold, gated) of every metric compared by default."""
+    return {
+        name: (s.direction, s.threshold, s.gated)
+        for name, s in METRICS.items()
+        if s.direction is not None and s.threshold is not None
+    }
+
+
+def gated() -> tuple[str, ...]:
+    """The metrics whose significant regression fails the gate by default."""
+    return tuple(name for name, (_, _, gate) in compared().items() if gate)
+
+
+def in_group(group: str) -> tuple[MetricSpec, ...]:
+    """The members of a plot group, in registry order."""
+    return tuple(s for s in METRICS.values() if s.group == group)
+
+
+def axis_of(name: str) -> Axis:
+    """How a plot draws the metric; a KeyError for a metric no plot draws."""
+    found = spec(name).axis
+    if found is None:
+        msg = f"metric {name!r} has no plot axis"
+        raise KeyError(msg)
+    return found
