@@ -74,7 +74,7 @@ from scipy import stats
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results.comparison import DEFAULT_METRICS, Comparison
 from rtmatrix.results.paired import DEFAULT_ROUNDS, PairedVerdict, decide
-from rtmatrix.runner.compare import Settings, SideSpec, run_comparison
+from rtmatrix.runner.compare import DEFAULT_MODE, MODES, Settings, SideSpec, run_comparison
 
 HERE = Path(__file__).resolve().parent
 SLOW = "gate_quality_slow:SlowLlamaCppAdapter"
@@ -184,7 +184,7 @@ def _one(
         b = SideSpec("b", args.b)
     else:
         b = SideSpec("b", args.b, {"slowdown": float(condition.rstrip("%")) / 100}, SLOW)
-    settings = Settings(rounds=rounds or args.rounds, seed=seed)
+    settings = Settings(rounds=rounds or args.rounds, seed=seed, mode=args.mode)
     t0 = time.monotonic()
     matrix = parse_matrix(matrix_path.read_text("utf-8"), matrix_path)
     c, _ = run_comparison(matrix, a, b, settings, results, progress=lambda _line: None)
@@ -363,7 +363,7 @@ def run_pool(args: argparse.Namespace, matrix_path: Path, tmp: Path) -> dict[str
 LEDGER_COLUMNS = (
     "utc", "comparison", "condition", "cell", "metric", "verdict", "ratio", "sd_log", "k",
     "p_worse", "p_better", "p_worse_holm", "min_effect", "alpha", "checks_in_family",
-    "wall_s", "load_1min", "python_a", "python_b", "commit", "host",
+    "wall_s", "load_1min", "python_a", "python_b", "commit", "host", "mode",
 )  # fmt: skip
 THROUGHPUT = ("pp_tps", "tg_tps")
 #: the ledger verdict of a cell comparison that had no judged check
@@ -394,7 +394,7 @@ def ledger_rows(
         "utc": utc, "comparison": ident, "condition": condition,
         "checks_in_family": len(checks), "wall_s": round(wall, 1), "load_1min": round(load, 2),
         "python_a": args.a, "python_b": args.b, "commit": args.commit,
-        "host": os.uname().nodename,
+        "host": os.uname().nodename, "mode": c.settings.get("mode_used", "sequential"),
     }  # fmt: skip
     rows = [
         common | {
@@ -417,6 +417,8 @@ def append_ledger(path: Path, rows: Sequence[dict[str, Any]], c: Comparison) -> 
     """Append the checks to ``path`` and the judged metrics' paired rounds (a, b, order, used)
     to ``<path stem>.rounds.csv``, so a later rule can be judged on the same rounds."""
     new = not path.exists() or path.stat().st_size == 0
+    if not new:
+        _upgrade_header(path)
     with path.open("a", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=LEDGER_COLUMNS)
         if new:
@@ -429,6 +431,26 @@ def append_ledger(path: Path, rows: Sequence[dict[str, Any]], c: Comparison) -> 
     out = rounds[keep].assign(comparison=rows[0]["comparison"])
     side = path.with_suffix(".rounds.csv")
     out.to_csv(side, mode="a", header=not side.exists() or side.stat().st_size == 0, index=False)
+
+
+def _upgrade_header(path: Path) -> None:
+    """Rewrite a ledger written before a column was added: the old rows get the column empty,
+    except ``mode``, which is ``sequential`` (the only mode before duet comparisons existed)."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), [])
+    if tuple(header) == LEDGER_COLUMNS:
+        return
+    old = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if "mode" not in old:
+        old["mode"] = "sequential"
+    old.reindex(columns=list(LEDGER_COLUMNS), fill_value="").to_csv(path, index=False)
+
+
+def _modes(df: pd.DataFrame) -> pd.Series:
+    """Each row's comparison mode (rows from before the column: sequential)."""
+    if "mode" not in df:
+        return pd.Series("sequential", index=df.index)
+    return df["mode"].fillna("sequential").replace("", "sequential")
 
 
 def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
@@ -444,7 +466,8 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
         f"(median {df['load_1min'].median():.2f}); wall per cell comparison median "
         f"{df.groupby(['comparison', 'cell'])['wall_s'].first().median():.0f} s"
     )
-    for cond, whole in df.groupby("condition", sort=False):
+    df["mode"] = _modes(df)
+    for (mode, cond), whole in df.groupby(["mode", "condition"], sort=False):
         part = whole[whole["verdict"] != NOT_JUDGED]
         unjudged = whole.loc[whole["verdict"] == NOT_JUDGED, ["comparison", "cell"]]
         reg = part["verdict"] == str(PairedVerdict.REGRESSION)
@@ -452,27 +475,37 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
         flagged = pd.Series(hit, index=part.index).groupby([part["comparison"], part["cell"]]).any()
         by_metric = part[reg].groupby("metric").size().to_dict()
         ratio = part.loc[part["metric"] == "tg_tps", "ratio"].median()
+        shape = ", ".join(sorted({c.rsplit("|", 1)[-1] for c in part["cell"]}))
         lines.append(
-            f"{cond:6s} flagged {_rate(int(flagged.sum()), len(flagged))}; regressions by "
-            f"metric {by_metric}; median TG ratio {ratio:.3f}; not judged "
-            f"{len(unjudged.drop_duplicates())} (not in the rate)"
+            f"{mode} {cond:6s} flagged {_rate(int(flagged.sum()), len(flagged))}; regressions "
+            f"by metric {by_metric}; median TG ratio {ratio:.3f}; median K "
+            f"{part['k'].median():.0f}; wall per cell comparison median "
+            f"{part.groupby(['comparison', 'cell'])['wall_s'].first().median():.0f} s; "
+            f"shape {shape}; not judged {len(unjudged.drop_duplicates())} (not in the rate)"
         )
     aa = df[(df["condition"] == AA) & df["metric"].isin(THROUGHPUT)].dropna(subset=["p_worse"])
     if len(aa):
         lines.append("A/A calibration (raw one-sided p of the worse direction; uniform if sides "
                      "are identical and rounds independent):")  # fmt: skip
-        for metric, part in aa.groupby("metric"):
+        for (mode, metric), part in aa.groupby(["mode", "metric"]):
             p = part["p_worse"].to_numpy(dtype=float)
             ks = stats.kstest(p, "uniform")
             lines.append(
-                f"  {metric}: n={len(p)}; p<=0.05 {_rate(int((p <= 0.05).sum()), len(p))} "
+                f"  {mode} {metric}: n={len(p)}; p<=0.05 {_rate(int((p <= 0.05).sum()), len(p))} "
                 f"(expect 5 %); p<=0.10 {_rate(int((p <= 0.10).sum()), len(p))} (expect 10 %); "
                 f"KS vs uniform D={ks.statistic:.3f} p={ks.pvalue:.3g}; "
                 f"mean log-ratio {np.log(part['ratio']).mean():+.4f}"
             )
     side = path.with_suffix(".rounds.csv")
     if resamples and side.exists():
-        lines += _ledger_resampled(pd.read_csv(side), resamples, seed)
+        rounds = pd.read_csv(side)
+        mode_of = df.groupby("comparison")["mode"].first()
+        rounds["mode"] = rounds["comparison"].map(mode_of).fillna("sequential")
+        rounds["shape"] = rounds["cell"].astype(str).str.rsplit("|", n=1).str[-1]
+        for group, part in rounds.groupby(["mode", "shape"]):
+            found = _ledger_resampled(part.drop(columns=["mode", "shape"]), resamples, seed)
+            tag = ", ".join(str(g) for g in group)
+            lines += [f"[{tag}] {ln}" if i == 0 else ln for i, ln in enumerate(found)]
     return "\n".join(lines)
 
 
@@ -538,6 +571,12 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         default=0.25,
         help="cores busy outside a cell above which its round is skipped (default: %(default)s)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default=DEFAULT_MODE,
+        help="the comparison's mode (rtmatrix compare --mode; default: %(default)s)",
     )
     p.add_argument("--json", metavar="FILE", help="write every cell comparison here")
     p.add_argument(

@@ -356,9 +356,17 @@ Rounds: each round runs every cell once per side, the two processes in a seeded 
 (AB or BA, --seed); a side's value for a round is the median of that process's counted
 repetitions (single values such as peak RSS or cold start: one per process). A cell not ok on a
 side in round 1 is not repeated. Rounds where a side was contended (host busy outside the cell)
-are skipped for figures and counted. K: --rounds, else %(k)d (found 10%% slowdowns in every
-check and 5%% in 94%% at 3%% between-process spread in the paired module's simulation); with
---budget-s, K from round 1's wall time (at most --rounds when given).
+are skipped for figures and counted.
+
+Duet (--mode duet, or auto where the host has at least twice the cells' threads in CPUs): a
+round starts both processes at once, each pinned to its own CPUs (the order alternating who
+starts first on the first block), so both see the same machine interference and the ratio keeps
+the difference. A duet round is used only where the two counted windows overlapped for at least
+80%% of the shorter one (each record's evidence.duet says how much).
+
+K: --rounds, else %(k)d (found 10%% slowdowns in every check and 5%% in 94%% at 3%%
+between-process spread in the paired module's simulation); with --budget-s, K from round 1's
+wall time (at most --rounds when given).
 
 Decision per cell x judged metric, from the K paired log-ratios, only for cells ok on both
 sides (judged metrics: --metric, default %(metrics)s):
@@ -439,6 +447,7 @@ def _compare_settings(args: argparse.Namespace) -> Any:
         min_effect=dict(
             _compare_pct(m, "--min-effect", positive=False) for m in args.min_effect or []
         ),
+        mode=args.mode,
     )
 
 
@@ -544,6 +553,7 @@ def _add_side_args(cmd: argparse.ArgumentParser, name: str, role: str) -> None:
 def _add_compare_cmd(sub: Any) -> None:
     from rtmatrix.results.comparison import DEFAULT_METRICS, EXIT_BAD_INPUT
     from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS
+    from rtmatrix.runner.compare import DEFAULT_MODE, MODES
 
     cmp = sub.add_parser(
         "compare",
@@ -595,6 +605,14 @@ def _add_compare_cmd(sub: Any) -> None:
         help="smallest change that counts (default: a fifth of the diff threshold)",
     )
     cmp.add_argument("--seed", type=int, default=0, help="seed of the AB/BA order (default: 0)")
+    cmp.add_argument(
+        "--mode",
+        choices=MODES,
+        default=DEFAULT_MODE,
+        help="sequential: a round's two processes one after the other; duet: both at once, "
+        "each pinned to its own CPUs; auto: duet where this host has twice the cells' "
+        "threads in CPUs (default: %(default)s; see above)",
+    )
     cmp.add_argument("--results", default="results", help="side run files (default: %(default)s)")
     cmp.add_argument(
         "-o", "--output", default="reports/compare", help="report folder (default: %(default)s)"

@@ -11,8 +11,10 @@ regression would be a defect.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,10 @@ from rtmatrix.runner.compare import (
     Settings,
     SideSpec,
     choose_k,
+    choose_mode,
+    counted_window,
+    duet_blocks,
+    overlap,
     prepare_side,
     probe_environment,
     run_comparison,
@@ -126,3 +132,53 @@ def test_environment_probe_and_bad_sides(tmp_path: Path, repo: Path) -> None:
         prepare_side(SideSpec("a", str(tmp_path / "no-python")), matrix, repo)
     with pytest.raises(CompareError, match="--b-adapter"):
         prepare_side(SideSpec("b", sys.executable, adapter="no.such:Adapter"), matrix, repo)
+
+
+def test_duet_blocks_and_the_mode_auto_picks() -> None:
+    assert duet_blocks(1, [3, 1]) == ((1,), (3,))
+    assert duet_blocks(2, range(5)) == ((0, 1), (2, 3))
+    assert duet_blocks(2, [0, 1, 2]) is None
+    blocks, how = choose_mode("auto", [1, 1], [0, 1])
+    assert blocks == ((0,), (1,)) and how.startswith("duet")
+    blocks, how = choose_mode("auto", [2], [0, 1])
+    assert blocks == () and "needs 4" in how
+    assert choose_mode("sequential", [1], range(8))[0] == ()
+    with pytest.raises(CompareError, match="--mode duet: 2 CPU"):
+        choose_mode("duet", [2], [0, 1])
+
+
+def test_overlap_is_the_share_of_the_shorter_window() -> None:
+    assert overlap([0.0, 10.0], [5.0, 7.0]) == 1.0
+    assert overlap([0.0, 4.0], [2.0, 6.0]) == 0.5
+    assert overlap([0.0, 1.0], [2.0, 3.0]) == 0.0
+    assert overlap(None, [0.0, 1.0]) is None
+
+
+def _window_record(window: str, span: list[float]) -> Any:
+    busy = {"value": 0.1, "window": window, "window_monotonic": span}  # detail is flattened
+    return {"metrics": {"host_busy_cores": busy}}
+
+
+def test_counted_window_is_read_from_the_contention_reading() -> None:
+    assert counted_window(_window_record("the counted repetitions", [1, 2])) == [1.0, 2.0]
+    assert counted_window(_window_record("the worker's whole run", [1, 2])) is None
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="a duet needs 2 CPUs here")
+def test_a_duet_runs_both_sides_at_once_on_their_own_cpus(tmp_path: Path, repo: Path) -> None:
+    matrix = parse_matrix(
+        MATRIX.replace("n_ctx = 64", "n_ctx = 64\nthreads = 1"), tmp_path / "m.toml"
+    )
+    lines: list[str] = []
+    a, b = SideSpec("a", sys.executable), SideSpec("b", sys.executable)
+    settings = Settings(rounds=3, mode="duet")
+    c, paths = run_comparison(matrix, a, b, settings, tmp_path / "r", lines.append, cwd=repo)
+    assert any("duet, sides on CPUs" in ln for ln in lines)
+    assert c.settings["mode_used"] == "duet"
+    for side in "ab":
+        cell = load_run(paths[side])["cells"][0]
+        duet = cell["evidence"]["duet"]
+        assert cell["evidence"]["launch"]["cpus"] == duet["cpus"]  # the worker was pinned
+        assert set(duet["cpus"]).isdisjoint(duet["partner_cpus"])
+        assert duet["overlap"] is not None and 0.0 <= duet["overlap"] <= 1.0
+        assert duet["overlapped"] == (duet["overlap"] >= duet["min_overlap"])

@@ -158,3 +158,24 @@ def test_the_measured_noise_is_set_against_the_ledgers_typical(tmp_path: Path) -
     assert "14.0 %" in notes[0] and "7.0 % over 2 A/A" in notes[0] and "noisier" in notes[0]
     assert "no A/A ledger" in notes[1]
     assert typical_noise(tmp_path / "absent.csv") == {}
+    moded = tmp_path / "moded.csv"
+    moded.write_text(
+        "condition,metric,sd_log,mode\nA/A,tg_tps,0.08,\nA/A,tg_tps,0.02,duet\n", "utf-8"
+    )
+    assert typical_noise(moded) == {"tg_tps": (0.08, 1)}  # no mode: sequential
+    assert typical_noise(moded, "duet") == {"tg_tps": (0.02, 1)}
+
+
+def test_a_duet_round_that_did_not_overlap_is_skipped_and_says_why() -> None:
+    def duet(ok: bool) -> dict[str, Any]:
+        return {"evidence": {"duet": {"overlap": 0.95 if ok else 0.3, "overlapped": ok}}}
+
+    recs = list(rounds_of(8, b_round={3: duet(False)}, a=duet(True), b=duet(True)))
+    c = comparison(recs)
+    (cell,) = c.cells
+    assert cell.used_rounds == 7 and cell.not_overlapped_rounds == 1
+    assert cell.contended_rounds == 0
+    assert any("1 duet round(s) skipped" in n for n in c.notes)
+    table = rounds_table(recs)
+    skipped = table[~table["used"]]
+    assert set(skipped["round"]) == {3} and set(skipped["contended"]) == {"not-overlapped"}

@@ -279,6 +279,7 @@ def busy_cores(
     resolution = resolution_cores(span, n_cpus)
     info = {
         "window_s": t1 - t0,
+        "window_monotonic": [t0, t1],
         "span_s": span,
         "resolution_cores": resolution,
         "n_samples": len(inside),

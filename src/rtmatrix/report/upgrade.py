@@ -356,7 +356,9 @@ def _settings_text(doc: dict[str, Any]) -> str:
     d = doc["decisions"]
     cells = doc["counts"].get("cells", 0)
     return (
-        f"{s.get('k_how', '')}; α = {d.get('alpha')} family-wise (Holm over {d.get('tested')} "
+        f"{s.get('k_how', '')}; "
+        + (f"{s['mode_how']}; " if s.get("mode_how") else "")
+        + f"α = {d.get('alpha')} family-wise (Holm over {d.get('tested')} "
         f"tested checks); seed {s.get('seed')}; {cells} cell(s); judged metrics: "
         + ", ".join(s.get("metrics") or [])
     )

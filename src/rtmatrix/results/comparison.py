@@ -6,8 +6,9 @@ runs nothing; it turns the records into
 
 - the **rounds** table (pandas, tidy: one row per cell × metric × round with A's and B's value —
   each the median of that process's counted repetitions, or its single value — the order the two
-  processes ran in, and whether the round is used: a round where either side was ``contended`` is
-  kept in the table but skipped for figures);
+  processes ran in, and whether the round is used: a round where either side was ``contended``,
+  or a duet round whose two processes did not overlap in time, is kept in the table but skipped
+  for figures);
 - the **processes** table (one row per worker process: side, round, position, outcome, verdict,
   contention, wall time);
 - each cell's **outcome mark**, as ``rtmatrix diff`` marks it (:func:`diff.outcome_mark`: ``!`` new
@@ -48,7 +49,7 @@ from rtmatrix.results.paired import (
     PairedVerdict,
     decide,
 )
-from rtmatrix.results.records import CellRecord, MetricRecord, value_of
+from rtmatrix.results.records import CellRecord, MetricRecord, evidence_of, value_of
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_NEW_FAILURE, EXIT_INCONCLUSIVE, EXIT_BAD_INPUT = 0, 1, 2, 3, 4
 RESULT_OF = {
@@ -109,7 +110,14 @@ def _ok(rec: CellRecord) -> bool:
 
 
 def _contended(a: CellRecord, b: CellRecord) -> str:
-    return "+".join(s for s, r in zip(SIDES, (a, b), strict=True) if r.get("contended"))
+    """Why a round is not used for figures: the sides that were contended, and
+    ``not-overlapped`` for a duet round whose two processes did not overlap enough; empty when
+    it is used."""
+    why = [s for s, r in zip(SIDES, (a, b), strict=True) if r.get("contended")]
+    duet = [evidence_of(r).get("duet") for r in (a, b)]
+    if any(d is not None and not d.get("overlapped") for d in duet):
+        why.append("not-overlapped")
+    return "+".join(why)
 
 
 def _round_rows(key: str, rnd: int, pair: dict[str, RoundRecord]) -> list[dict[str, Any]]:
@@ -183,12 +191,13 @@ class CellResult:
     statuses: dict[str, str]
     rounds: int  # rounds that ran this cell on both sides
     ok_rounds: int  # ... ending ok on both sides
-    used_rounds: int  # ... and not contended
+    used_rounds: int  # ... and not contended (nor, in a duet, apart in time)
     left_out: bool = False  # unavailable on both sides: the row did not run
+    not_overlapped_rounds: int = 0  # duet rounds whose two processes did not overlap enough
 
     @property
     def contended_rounds(self) -> int:
-        return self.ok_rounds - self.used_rounds
+        return self.ok_rounds - self.used_rounds - self.not_overlapped_rounds
 
     @property
     def all_contended(self) -> bool:
@@ -207,6 +216,7 @@ class CellResult:
             "ok_rounds": self.ok_rounds,
             "used_rounds": self.used_rounds,
             "contended_rounds": self.contended_rounds,
+            "not_overlapped_rounds": self.not_overlapped_rounds,
             "left_out": self.left_out,
         }
 
@@ -233,11 +243,10 @@ def judge_cell(key: str, recs: Mapping[str, Sequence[CellRecord]], rounds: int) 
     if mark is not Mark.SAME and mixed:
         reasons = [*reasons, "; ".join(_counts_text(s, outcomes[s]) for s in SIDES)]
     both_unavailable = all(recs[s][0]["verdict"] == Verdict.UNAVAILABLE for s in SIDES)
-    ok = sum(_ok(x) and _ok(y) for x, y in zip(recs["a"], recs["b"], strict=False))
-    used = sum(
-        _ok(x) and _ok(y) and not _contended(x, y)
-        for x, y in zip(recs["a"], recs["b"], strict=False)
-    )
+    why = [
+        _contended(x, y) for x, y in zip(recs["a"], recs["b"], strict=False) if _ok(x) and _ok(y)
+    ]
+    ok, used = len(why), sum(not w for w in why)
     return CellResult(
         key=key,
         runtime=str(wa["runtime"]),
@@ -250,6 +259,7 @@ def judge_cell(key: str, recs: Mapping[str, Sequence[CellRecord]], rounds: int) 
         ok_rounds=ok,
         used_rounds=used,
         left_out=mark is Mark.NOT_COMPARABLE and both_unavailable,
+        not_overlapped_rounds=sum(w == "not-overlapped" for w in why),
     )
 
 
@@ -393,6 +403,16 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
+def _duet_note(settings: Mapping[str, Any]) -> list[str]:
+    if settings.get("mode_used") != "duet":
+        return []
+    return [
+        "duet: each round ran both sides at once, each pinned to its own CPUs; the sides' "
+        "absolute figures were measured beside each other (lower than alone): the ratios are "
+        "the finding"
+    ]
+
+
 def _notes(cells: Sequence[CellResult], rounds: pd.DataFrame) -> list[str]:
     notes = []
     busy = sum(c.contended_rounds for c in cells)
@@ -401,6 +421,12 @@ def _notes(cells: Sequence[CellResult], rounds: pd.DataFrame) -> list[str]:
         notes.append(
             f"{busy} contended round(s) on {which} cell(s) skipped for figures (the host was busy "
             "outside the cell on a side); their outcomes still count"
+        )
+    apart = sum(c.not_overlapped_rounds for c in cells)
+    if apart:
+        notes.append(
+            f"{apart} duet round(s) skipped for figures: the two processes' counted repetitions "
+            "overlapped for less than the minimum share (evidence.duet)"
         )
     once = [c.key for c in cells if c.rounds == 1 and not c.left_out]
     if once:
@@ -422,14 +448,18 @@ LEDGER = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "compare_
 NOISE_METRICS = ("tg_tps", "pp_tps")
 
 
-def typical_noise(ledger: Path = LEDGER) -> dict[str, tuple[float, int]]:
+def typical_noise(ledger: Path = LEDGER, mode: str = "sequential") -> dict[str, tuple[float, int]]:
     """Per throughput metric: the median per-round sd of the paired log-ratio over the ledger's
-    A/A comparisons, and how many there were (empty without a ledger)."""
+    A/A comparisons made in ``mode`` (rows without a mode were sequential), and how many there
+    were (empty without a ledger)."""
     try:
         table = pd.read_csv(ledger)
     except (OSError, ValueError):
         return {}
-    aa = table[(table["condition"] == "A/A") & table["metric"].isin(NOISE_METRICS)]
+    modes = table["mode"].fillna("sequential") if "mode" in table else "sequential"
+    aa = table[
+        (table["condition"] == "A/A") & table["metric"].isin(NOISE_METRICS) & (modes == mode)
+    ]
     out: dict[str, tuple[float, int]] = {}
     for metric, group in aa.groupby("metric"):
         sd = pd.to_numeric(group["sd_log"], errors="coerce").dropna()
@@ -450,8 +480,8 @@ def noise_notes(checks: Sequence[Any], typical: Mapping[str, tuple[float, int]])
             med, n = typical[c.metric]
             factor = c.sd_log / med if med else float("nan")
             line += (
-                f" (ledger's typical on this kind of host: {med * 100:.1f} % over {n} A/A "
-                f"comparisons; {factor:.1f}x)"
+                f" (ledger's typical on this kind of host, same mode: {med * 100:.1f} % over "
+                f"{n} A/A comparisons; {factor:.1f}x)"
             )
             if factor > 1.5:
                 line += ": this machine is noisier than usual; more rounds, or a quieter host"
@@ -508,5 +538,10 @@ def build(
         paired=paired,
         explanations=explanations,
         outcome=outcome,
-        notes=_notes(cells, rounds) + paired.notes + noise_notes(paired.checks, typical_noise()),
+        notes=_notes(cells, rounds)
+        + _duet_note(settings)
+        + paired.notes
+        + noise_notes(
+            paired.checks, typical_noise(mode=str(settings.get("mode_used", "sequential")))
+        ),
     )

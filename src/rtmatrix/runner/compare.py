@@ -34,12 +34,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import random
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +69,12 @@ from rtmatrix.runner.record import new_record
 Progress = Callable[[str], None]
 PROBE_TIMEOUT_S = 120
 SIDE_NAMES = ("a", "b")
+MODES = ("auto", "sequential", "duet")
+DEFAULT_MODE = "auto"
+#: a duet round is used only where the two sides' counted repetitions overlapped in time for at
+#: least this share of the shorter of the two windows (``evidence.duet`` of each record)
+DUET_MIN_OVERLAP = 0.8
+CpuBlock = tuple[int, ...]
 _PROBE = r"""
 import json, platform, sys
 from importlib import metadata
@@ -123,6 +131,9 @@ class Settings:
     #: relative margin / min effect per metric; the key "" applies to every metric
     margin: dict[str, float] = field(default_factory=dict)
     min_effect: dict[str, float] = field(default_factory=dict)
+    #: "sequential" (a round's two processes one after the other), "duet" (both at once, each
+    #: pinned to its own CPUs) or "auto" (duet where the host has the CPUs: :func:`choose_mode`)
+    mode: str = DEFAULT_MODE
 
     def criteria(self) -> dict[str, Criterion]:
         def pick(table: Mapping[str, float], metric: str) -> float | None:
@@ -326,6 +337,8 @@ class Rounds:
     k: int = DEFAULT_ROUNDS
     k_how: str = ""
     round_s: list[float] = field(default_factory=list)
+    #: a duet comparison's two CPU blocks (first-started side, second), else empty: sequential
+    blocks: tuple[CpuBlock, ...] = ()
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.settings.seed)
@@ -336,29 +349,122 @@ class Rounds:
         for key in keys:
             t0 = time.monotonic()
             order = "ab" if self.rng.random() < 0.5 else "ba"
-            recs: dict[str, CellRecord] = {}
+            recs = self._duet(key, order) if self.blocks else self._sequential(key, order)
             for pos, name in enumerate(order):
-                side = self.sides[name]
-                # run_cell builds the cell record the schema describes (runner.record), checked
-                # against it when the side's run is saved (_save_side); the cast changes nothing
-                rec = cast(CellRecord, run_cell(side.ctx, side.cells[key]))
-                _package_fix(
-                    rec, side.environment, side.describe[rec["runtime"]].get("distribution")
-                )
-                side.ctx.record["cells"].append(rec)  # (unique memory-cgroup names; saved apart)
-                recs[name] = rec
-                self.records.append(RoundRecord(key, rnd, name, pos, rec))
+                self.records.append(RoundRecord(key, rnd, name, pos, recs[name]))
             self.progress(_progress_line(rnd, str(self.k or "?"), key, order, recs))
             if all(r["outcome"]["status"] == "ok" for r in recs.values()):
                 repeated += time.monotonic() - t0
         self.round_s.append(time.monotonic() - t_round)
         return repeated
 
+    def _one(self, name: str, key: str, cpus: tuple[int, ...] | None = None) -> CellRecord:
+        side = self.sides[name]
+        ctx = dataclasses.replace(side.ctx, cpus=cpus) if cpus else side.ctx
+        # run_cell builds the cell record the schema describes (runner.record), checked against
+        # it when the side's run is saved (_save_side); the cast changes nothing
+        rec = cast(CellRecord, run_cell(ctx, side.cells[key]))
+        _package_fix(rec, side.environment, side.describe[rec["runtime"]].get("distribution"))
+        return rec
+
+    def _sequential(self, key: str, order: str) -> dict[str, CellRecord]:
+        recs: dict[str, CellRecord] = {}
+        for name in order:
+            recs[name] = self._one(name, key)
+            self.sides[name].ctx.record["cells"].append(recs[name])
+        return recs
+
+    def _duet(self, key: str, order: str) -> dict[str, CellRecord]:
+        """Both sides' processes at once, the first in ``order`` started first on the first
+        CPU block; each record gets ``evidence.duet`` (its CPUs, the overlap of the two
+        counted windows, whether that passes :data:`DUET_MIN_OVERLAP`)."""
+        blocks = dict(zip(order, self.blocks, strict=True))
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rtmatrix-duet") as pool:
+            futures = {name: pool.submit(self._one, name, key, blocks[name]) for name in order}
+            recs = _await_both(futures)
+        windows = {name: counted_window(rec) for name, rec in recs.items()}
+        share = overlap(windows["a"], windows["b"])
+        for pos, name in enumerate(order):
+            recs[name].setdefault("evidence", {})["duet"] = {
+                "cpus": list(blocks[name]),
+                "partner_cpus": list(blocks["b" if name == "a" else "a"]),
+                "started": "first" if pos == 0 else "second",
+                "window_monotonic": windows[name],
+                "overlap": share,
+                "min_overlap": DUET_MIN_OVERLAP,
+                "overlapped": share is not None and share >= DUET_MIN_OVERLAP,
+            }
+            self.sides[name].ctx.record["cells"].append(recs[name])
+        return recs
+
     def repeated_keys(self) -> list[str]:
         first = {(r.key, r.side): r.record for r in self.records if r.round == 1}
         return [
             k for k in self.keys if all(first[(k, s)]["outcome"]["status"] == "ok" for s in "ab")
         ]
+
+
+def _await_both(futures: Mapping[str, Future[CellRecord]]) -> dict[str, CellRecord]:
+    """Both sides' records; on Ctrl-C (or any error) kill the running workers and wait for
+    their supervising threads before raising (no process is left behind)."""
+    try:
+        return {name: f.result() for name, f in futures.items()}
+    except BaseException:
+        while not all(f.done() for f in futures.values()):
+            process.kill_live()
+            time.sleep(0.05)
+        raise
+
+
+def counted_window(rec: CellRecord) -> list[float] | None:
+    """The monotonic [start, end] of a record's counted repetitions (the window its contention
+    was read over), or None where the record has none."""
+    busy: Mapping[str, Any] = rec["metrics"].get(M.HOST_BUSY_CORES) or {}
+    window = busy.get("window_monotonic")
+    if busy.get("window") != "the counted repetitions" or not window:
+        return None
+    return [float(window[0]), float(window[1])]
+
+
+def overlap(a: Sequence[float] | None, b: Sequence[float] | None) -> float | None:
+    """The share of the shorter window that the other covers (0 when apart), or None when a
+    window is unknown."""
+    if a is None or b is None:
+        return None
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    if shorter <= 0:
+        return None
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) / shorter
+
+
+def duet_blocks(threads: int, cpus: Iterable[int]) -> tuple[CpuBlock, CpuBlock] | None:
+    """Two disjoint blocks of ``threads`` CPUs from ``cpus``, or None when there are fewer
+    than twice ``threads``."""
+    pool = sorted(cpus)
+    if threads < 1 or len(pool) < 2 * threads:
+        return None
+    return tuple(pool[:threads]), tuple(pool[threads : 2 * threads])
+
+
+def choose_mode(
+    requested: str, threads: Iterable[int], cpus: Iterable[int]
+) -> tuple[tuple[CpuBlock, ...], str]:
+    """The CPU blocks of a duet comparison (empty: sequential) and how the mode was chosen.
+    ``auto`` runs a duet where this process may use at least twice the most threads any
+    compared cell runs with; ``duet`` demands it (CompareError where the host lacks them)."""
+    pool = sorted(cpus)
+    most = max(threads, default=1)
+    blocks = duet_blocks(most, pool)
+    if requested == "sequential":
+        return (), "sequential (--mode sequential)"
+    if blocks is None:
+        why = f"{len(pool)} CPU(s) here, a duet of {most}-thread cells needs {2 * most}"
+        if requested == "duet":
+            msg = f"--mode duet: {why}; use --mode sequential"
+            raise CompareError(msg)
+        return (), f"sequential (auto: {why})"
+    how = "--mode duet" if requested == "duet" else f"auto: {len(pool)} CPUs >= 2 x {most}"
+    return blocks, f"duet, sides on CPUs {list(blocks[0])} and {list(blocks[1])} ({how})"
 
 
 def choose_k(settings: Settings, first_s: float, repeat_s: float) -> tuple[int, str]:
@@ -428,9 +534,15 @@ def run_comparison(
     keys = _shared_keys(sides, progress)
     for side in sides.values():
         _warm_fixtures([side.cells[k] for k in keys], side.describe)
-    rounds = Rounds(sides, keys, settings, progress)
+    if settings.mode not in MODES:
+        msg = f"mode {settings.mode!r}: expected one of {', '.join(MODES)}"
+        raise CompareError(msg)
+    threads = [int(side.cells[k].params["threads"]) for side in sides.values() for k in keys]
+    blocks, mode_how = choose_mode(settings.mode, threads, os.sched_getaffinity(0))
+    rounds = Rounds(sides, keys, settings, progress, blocks=blocks)
     rounds.k = (settings.rounds or DEFAULT_ROUNDS) if settings.budget_s is None else 0
     progress(f"rtmatrix compare: {len(keys)} cell(s), A = {a.python}, B = {b.python}")
+    progress(f"rtmatrix compare: {mode_how}")
     repeat_s = rounds.run_round(1, keys)
     rounds.k, rounds.k_how = choose_k(settings, rounds.round_s[0], repeat_s)
     progress(f"rtmatrix compare: {rounds.k_how}")
@@ -441,6 +553,8 @@ def run_comparison(
     recorded = settings.to_dict() | {
         "k": rounds.k,
         "k_how": rounds.k_how,
+        "mode_used": "duet" if blocks else "sequential",
+        "mode_how": mode_how,
         "matrix": str(matrix.path),
         "round_s": rounds.round_s,
         "runs": {name: str(p) for name, p in paths.items()},

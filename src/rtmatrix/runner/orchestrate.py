@@ -60,6 +60,8 @@ class RunContext:
     #: give a real model's cells their teacher-forced quality pass (a comparison does not: it
     #: judges performance, and the pass would add ~10-25 s to every round of such a cell)
     quality_runs: bool = True
+    #: pin this context's workers to these CPUs (a duet comparison's side), else unpinned
+    cpus: tuple[int, ...] | None = None
 
 
 def make_job(
@@ -149,6 +151,7 @@ def _supervise(
         python=ctx.python,
         cgroup=cgroup,
         counted_interval_s=run.get("counted_sample_interval_s"),
+        cpus=ctx.cpus,
     )
     read = process.read_result(job_dir)
     phase, marks = process.last_phase(job_dir)
@@ -209,7 +212,9 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     cgroup = None
     if cell.run["memory_cgroup_mb"]:
         try:
-            name = f"rtmatrix-{os.getpid()}-{len(ctx.record['cells'])}"
+            # the run id too: a duet comparison runs two sides' cells at once in one parent
+            run_tag = str(ctx.record.get("run_id", "")).rsplit("-", 1)[-1]
+            name = f"rtmatrix-{os.getpid()}-{run_tag}-{len(ctx.record['cells'])}"
             cgroup = memcap.create(cell.run["memory_cgroup_mb"] * 2**20, name)
         except memcap.CgroupUnavailable as exc:
             outcome = not_run(Status.UNAVAILABLE, "memory-cgroup", str(exc))

@@ -59,6 +59,8 @@ class LaunchSpec:
     cwd: Path | None = None
     #: the Python interpreter that runs the worker (another environment's, for comparisons)
     python: str = field(default_factory=lambda: sys.executable)
+    #: the CPUs to pin the worker to (a duet comparison's side), over ``RTMATRIX_WORKER_CPUS``
+    cpus: tuple[int, ...] | None = None
 
 
 def _tree_rss(tree: list[psutil.Process]) -> int:
@@ -136,9 +138,16 @@ def launch_settings(environ: dict[str, str] | None = None) -> tuple[bool, list[i
     return no_aslr, cpus
 
 
-def _preexec() -> Any:
-    """The child's setup between fork and exec for :func:`launch_settings`, or None."""
+def pinned_cpus(cpus: tuple[int, ...] | None = None) -> list[int] | None:
+    """The CPUs a worker is pinned to: ``cpus`` when given, else ``RTMATRIX_WORKER_CPUS``'s."""
+    return list(cpus) if cpus else launch_settings()[1]
+
+
+def _preexec(explicit: tuple[int, ...] | None = None) -> Any:
+    """The child's setup between fork and exec for :func:`launch_settings` (CPUs given to
+    :func:`launch` win over the environment's), or None."""
     no_aslr, cpus = launch_settings()
+    cpus = list(explicit) if explicit else cpus
     if not no_aslr and not cpus:
         return None
 
@@ -160,6 +169,25 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+#: process groups of the workers running now (several at once in a duet comparison, each
+#: supervised by its own thread; Ctrl-C reaches only the main thread, which kills them all)
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _forget(pgid: int) -> None:
+    with _LIVE_LOCK:
+        _LIVE.discard(pgid)
+
+
+def kill_live() -> None:
+    """Kill every worker group still running (their supervising threads then reap them)."""
+    with _LIVE_LOCK:
+        groups = list(_LIVE)
+    for pgid in groups:
+        kill_group(pgid)
+
+
 def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
     out_path, err_path = spec.job_dir / "stdout.txt", spec.job_dir / "stderr.txt"
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -171,7 +199,7 @@ def _spawn(spec: LaunchSpec, env: dict[str, str]) -> subprocess.Popen[bytes]:
             cwd=spec.cwd,
             env=worker_env() | env,
             start_new_session=True,
-            preexec_fn=_preexec(),  # personality() and sched_setaffinity() only
+            preexec_fn=_preexec(spec.cpus),  # personality() and sched_setaffinity() only
         )
 
 
@@ -257,20 +285,24 @@ def launch(
     python: str | None = None,
     cgroup: memcap.MemoryCgroup | None = None,
     counted_interval_s: float | None = None,
+    cpus: tuple[int, ...] | None = None,
 ) -> Launch:
     """Run ``python -m rtmatrix.worker ARGS`` in a new process group; sample the cell's RSS and
     CPU; kill the whole group at the deadline (or when the parent is interrupted); reap with
     wait4 for the OS's own peak RSS; then find and kill every process the cell left behind
     (its own cgroup, or a tracked descendant set: see :mod:`rtmatrix.proctrack`). While the
     worker runs its counted repetitions, samples are taken every ``counted_interval_s``
-    instead (the OS's own peak RSS is exact either way)."""
-    spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable)
+    instead (the OS's own peak RSS is exact either way). ``cpus``: pin the worker there (and
+    read contention on those CPUs only), over ``RTMATRIX_WORKER_CPUS``."""
+    spec = LaunchSpec(args, job_dir, timeout_s, interval_s, cwd, python or sys.executable, cpus)
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with proctrack.Tracker(shared=cgroup) as tracker:
         held = _HeldInterrupt()
         try:
             spawned = time.monotonic()
             proc = _spawn(spec, tracker.env())
+            with _LIVE_LOCK:
+                _LIVE.add(proc.pid)
         except BaseException:
             held.release()
             raise
@@ -281,7 +313,7 @@ def launch(
             held.release()  # a Ctrl-C that came while spawning is raised here, inside the try
             tracker.start(proc.pid)
             track_cg = tracker.cgroup.path if tracker.cgroup else None
-            cpu = HostCpuSampler(proc.pid, cgroup=track_cg)
+            cpu = HostCpuSampler(proc.pid, cgroup=track_cg, cpus=pinned_cpus(cpus))
             while True:
                 pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
                 if pid:
@@ -306,12 +338,14 @@ def launch(
             with contextlib.suppress(ChildProcessError):
                 os.wait4(proc.pid, 0)
             proc.returncode = -9
+            _forget(proc.pid)
             _report_leaks(tracker.finish(proctrack.FoundAt.INTERRUPT))
             raise
         wall = time.monotonic() - spawned
         cpu.sample()
         leaked = tracker.finish(proctrack.FoundAt.CELL_END)
         tracking = tracker.describe()
+        _forget(proc.pid)
     kill_group(proc.pid)  # anything left in the group
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
