@@ -358,11 +358,14 @@ repetitions (single values such as peak RSS or cold start: one per process). A c
 side in round 1 is not repeated. Rounds where a side was contended (host busy outside the cell)
 are skipped for figures and counted.
 
-Duet (--mode duet, or auto where the host has at least twice the cells' threads in CPUs): a
-round starts both processes at once, each pinned to its own CPUs (the order alternating who
-starts first on the first block), so both see the same machine interference and the ratio keeps
-the difference. A duet round is used only where the two counted windows overlapped for at least
-80%% of the shorter one (each record's evidence.duet says how much).
+Modes (--mode): alternate (the default) starts a round's two processes at once, unpinned; each
+loads and warms up, then its counted repetitions take turns with the other side's (A B B A ...),
+one at a time, so both sides are measured within the same second or two and never at the same
+time; a round is used only where every counted repetition of both took its turn
+(evidence.alternate). On a 2-core VM this halved the per-round spread of the TG ratio (7.1 %%
+-> 3.6 %%). sequential runs one process after the other. duet runs both at once, each pinned
+to its own CPUs (needs twice the cells' threads in CPUs); a duet round is used only where the
+two counted windows overlapped for at least 80%% of the shorter one (evidence.duet).
 
 K: --rounds, else %(k)d (found 10%% slowdowns in every check and 5%% in 94%% at 3%%
 between-process spread in the paired module's simulation); with --budget-s, K from round 1's
@@ -609,9 +612,9 @@ def _add_compare_cmd(sub: Any) -> None:
         "--mode",
         choices=MODES,
         default=DEFAULT_MODE,
-        help="sequential: a round's two processes one after the other; duet: both at once, "
-        "each pinned to its own CPUs; auto: duet where this host has twice the cells' "
-        "threads in CPUs (default: %(default)s; see above)",
+        help="alternate: both processes loaded at once, their counted repetitions taking "
+        "turns A B B A; sequential: one process after the other; duet: both at once, each "
+        "pinned to its own CPUs (default: %(default)s; see above)",
     )
     cmp.add_argument("--results", default="results", help="side run files (default: %(default)s)")
     cmp.add_argument(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 #: version of the job/result/event documents; both sides must agree exactly
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: the teacher-forced logits a worker leaves beside its result (float32, positions x vocab)
 QUALITY_LOGITS = "quality_logits.npy"
 
@@ -180,6 +180,9 @@ class Job(_Doc):
     #: ``quality_text`` (Adapter ReferenceQuality)
     anchor_base_path: str | None = None
     anchor_n_ctx: int = 0
+    #: a Unix socket to take turns on before each counted repetition (``compare --mode
+    #: alternate``, :mod:`rtmatrix.turns`); None: run the repetitions freely
+    turns: str | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:
@@ -252,6 +255,8 @@ class WorkerResult(_Doc):
     #: a lifecycle scenario's result (see rtmatrix.scenarios)
     scenario: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
+    #: how the counted repetitions took turns (``Job.turns``): gated count, why released
+    turns: dict[str, Any] | None = None
     #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence, and
     #: ``quality`` (the quality tool's figures, or ``{"unavailable": reason}``) when asked
     reference: dict[str, Any] | None = None

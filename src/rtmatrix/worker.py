@@ -183,9 +183,11 @@ def _generate(
 
     from rtmatrix.adapters.capabilities import EngineGeneration
     from rtmatrix.metrics import power
+    from rtmatrix.turns import TurnGate
 
     p = job.params
     meter: power.PhaseMeter | None = None
+    gate = TurnGate(job.turns)
     try:
         for i in range(p.warmup + p.repetitions):
             counted = i >= p.warmup
@@ -194,6 +196,8 @@ def _generate(
                 events.phase("power")
                 meter = power.open_meter(job.power)
             result.phase = "generate"
+            if counted:
+                gate.wait()  # a compare --mode alternate turn (no-op otherwise)
             events.phase("generate", repetition=i, counted=counted)
             run = (
                 _run_engine_repetition if isinstance(adapter, EngineGeneration) else _run_repetition
@@ -206,7 +210,13 @@ def _generate(
             if counted and not result.reps and first_logits is not None:
                 np.save(job_dir / "first_logits.npy", first_logits)
             (result.reps if counted else result.warmup).append(rep)
+            if counted:
+                gate.done()
+        gate.hold()  # the other side's last turn runs before this worker tears down
     finally:
+        gate.close()
+        if job.turns:
+            result.turns = gate.evidence()
         if meter is not None:
             result.power = meter.info()
             meter.close()

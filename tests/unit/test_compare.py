@@ -134,14 +134,13 @@ def test_environment_probe_and_bad_sides(tmp_path: Path, repo: Path) -> None:
         prepare_side(SideSpec("b", sys.executable, adapter="no.such:Adapter"), matrix, repo)
 
 
-def test_duet_blocks_and_the_mode_auto_picks() -> None:
+def test_duet_blocks_and_the_mode_chosen() -> None:
     assert duet_blocks(1, [3, 1]) == ((1,), (3,))
     assert duet_blocks(2, range(5)) == ((0, 1), (2, 3))
     assert duet_blocks(2, [0, 1, 2]) is None
-    blocks, how = choose_mode("auto", [1, 1], [0, 1])
+    blocks, how = choose_mode("duet", [1, 1], [0, 1])
     assert blocks == ((0,), (1,)) and how.startswith("duet")
-    blocks, how = choose_mode("auto", [2], [0, 1])
-    assert blocks == () and "needs 4" in how
+    assert choose_mode("alternate", [2], [0, 1]) == ((), "alternate (--mode alternate)")
     assert choose_mode("sequential", [1], range(8))[0] == ()
     with pytest.raises(CompareError, match="--mode duet: 2 CPU"):
         choose_mode("duet", [2], [0, 1])
@@ -182,3 +181,19 @@ def test_a_duet_runs_both_sides_at_once_on_their_own_cpus(tmp_path: Path, repo: 
         assert set(duet["cpus"]).isdisjoint(duet["partner_cpus"])
         assert duet["overlap"] is not None and 0.0 <= duet["overlap"] <= 1.0
         assert duet["overlapped"] == (duet["overlap"] >= duet["min_overlap"])
+
+
+def test_alternate_rounds_take_turns_and_every_turn_is_recorded(tmp_path: Path, repo: Path) -> None:
+    lines: list[str] = []
+    matrix = parse_matrix(MATRIX, tmp_path / "m.toml")
+    a, b = SideSpec("a", sys.executable), SideSpec("b", sys.executable)
+    settings = Settings(rounds=2, mode="alternate")
+    c, paths = run_comparison(matrix, a, b, settings, tmp_path / "r", lines.append, cwd=repo)
+    assert c.settings["mode_used"] == "alternate"
+    assert any("alternate (--mode alternate)" in ln for ln in lines)
+    for side in "ab":
+        ev = load_run(paths[side])["cells"][0]["evidence"]
+        assert ev["turns"] == {"gated_reps": 5}  # the worker's own gate
+        assert ev["alternate"]["alternated"] and ev["alternate"]["turns"] == {"a": 5, "b": 5}
+    assert c.rounds["used"].all()
+    assert any(n.startswith("alternate:") for n in c.notes)

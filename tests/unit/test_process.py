@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,44 @@ def test_worker_launch_settings_from_the_environment() -> None:
     assert launch_settings({NO_ASLR_ENV: "0", CPUS_ENV: " "}) == (False, None)
     with pytest.raises(ValueError, match="expected CPU numbers"):
         launch_settings({CPUS_ENV: "all"})
+
+
+def test_kill_live_ends_workers_supervised_by_other_threads(tmp_path: Path) -> None:
+    """A duet comparison supervises two workers from threads; Ctrl-C reaches the main thread
+    only, which kills every live worker group so the threads return and nothing is left."""
+    import threading
+
+    from rtmatrix.runner import process
+
+    done: list[Any] = []
+    hang = _hanging_python(tmp_path)
+    threads = [
+        threading.Thread(
+            target=lambda d=d: done.append(launch(["job.json"], d, 60, 0.01, python=hang))
+        )
+        for d in (tmp_path / "one", tmp_path / "two")
+    ]
+    for d in (tmp_path / "one", tmp_path / "two"):
+        d.mkdir()
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 20
+    while len(process._LIVE) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(process._LIVE) == 2
+    pids = list(process._LIVE)
+    process.kill_live()
+    for t in threads:
+        t.join(10)
+    assert len(done) == 2 and all(lau.returncode == -9 for lau in done)
+    assert all(_gone(p) for p in pids) and not process._LIVE
+
+
+def test_explicit_cpus_pin_the_worker_over_the_environment(tmp_path: Path) -> None:
+    from rtmatrix.runner.process import pinned_cpus
+
+    assert pinned_cpus((1,)) == [1]
+    job = tmp_path / "job.json"
+    job.write_text("{}")
+    lau = launch([str(job)], tmp_path, 20, 0.01, cpus=(0,))
+    assert lau.cpu is not None and lau.cpu.describe()["cpus"] == [0]

@@ -292,6 +292,34 @@ def busy_cores(
     return ContentionReading(busy, steal, contended, threshold_cores, t0, t1, None, info)
 
 
+def gated_reading(
+    sampler: HostCpuSampler,
+    windows: Sequence[tuple[float, float]],
+    threshold_cores: float = DEFAULT_THRESHOLD_CORES,
+) -> ContentionReading:
+    """Busy cores over each window alone, weighted by its length: the counted repetitions of a
+    worker that took turns with another process (``compare --mode alternate``), whose own
+    repetitions ran between these windows and are not contention for this one."""
+    t0, t1 = min(w[0] for w in windows), max(w[1] for w in windows)
+    parts = [sampler.reading(a, b, threshold_cores) for a, b in windows]
+    ok = [(r, b - a) for r, (a, b) in zip(parts, windows, strict=True) if r.busy_cores is not None]
+    if not ok:
+        why = next((r.reason for r in parts if r.reason), "no reading")
+        return _unavailable(t0, t1, threshold_cores, f"no repetition had a reading: {why}")
+    total = sum(w for _, w in ok)
+    busy = sum(float(r.busy_cores or 0.0) * w for r, w in ok) / total
+    steal = sum(float(r.steal_cores or 0.0) * w for r, w in ok) / total
+    detail = sampler.describe() | {
+        "window": "each counted repetition alone (they took turns with another process)",
+        "window_monotonic": [t0, t1],
+        "windows": len(windows),
+        "windows_read": len(ok),
+        "busy_cores_per_window": [r.busy_cores for r, _ in ok],
+    }
+    return ContentionReading(busy, steal, busy > threshold_cores, threshold_cores, t0, t1, None,
+                             detail)  # fmt: skip
+
+
 def _unavailable(t0: float, t1: float, threshold: float, reason: str) -> ContentionReading:
     return ContentionReading(None, None, None, threshold, t0, t1, reason)
 

@@ -117,6 +117,9 @@ def _contended(a: CellRecord, b: CellRecord) -> str:
     duet = [evidence_of(r).get("duet") for r in (a, b)]
     if any(d is not None and not d.get("overlapped") for d in duet):
         why.append("not-overlapped")
+    turns = [evidence_of(r).get("alternate") for r in (a, b)]
+    if any(t is not None and not t.get("alternated") for t in turns):
+        why.append("not-alternated")
     return "+".join(why)
 
 
@@ -259,7 +262,7 @@ def judge_cell(key: str, recs: Mapping[str, Sequence[CellRecord]], rounds: int) 
         ok_rounds=ok,
         used_rounds=used,
         left_out=mark is Mark.NOT_COMPARABLE and both_unavailable,
-        not_overlapped_rounds=sum(w == "not-overlapped" for w in why),
+        not_overlapped_rounds=sum(w in ("not-overlapped", "not-alternated") for w in why),
     )
 
 
@@ -404,6 +407,12 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _duet_note(settings: Mapping[str, Any]) -> list[str]:
+    if settings.get("mode_used") == "alternate":
+        return [
+            "alternate: each round ran both sides' processes at once, their counted "
+            "repetitions taking turns (ABBA); load and warm-up ran side by side, so cold-start "
+            "figures were measured beside the other side"
+        ]
     if settings.get("mode_used") != "duet":
         return []
     return [
@@ -425,8 +434,9 @@ def _notes(cells: Sequence[CellResult], rounds: pd.DataFrame) -> list[str]:
     apart = sum(c.not_overlapped_rounds for c in cells)
     if apart:
         notes.append(
-            f"{apart} duet round(s) skipped for figures: the two processes' counted repetitions "
-            "overlapped for less than the minimum share (evidence.duet)"
+            f"{apart} duet or alternate round(s) skipped for figures: the two processes' counted "
+            "repetitions did not overlap enough (evidence.duet) or did not all take their turns "
+            "(evidence.alternate)"
         )
     once = [c.key for c in cells if c.rounds == 1 and not c.left_out]
     if once:

@@ -6,13 +6,31 @@ adapter (replacing every selected runtime row's adapter). So one design compares
 (two venvs), a setting (``--b-option flash_attn=on``) or an injected slowdown in a test.
 
 Each **round** runs every cell once per side, the two worker processes in a seeded random order
-(AB or BA, drawn per round and cell from ``random.Random(seed)``). A cell that is not ``ok`` on a
-side in the first round is not repeated: there are no figures to compare, and its outcome is
-judged from that round. Before the first round each side's interpreter is probed (its installed
-distributions, rtmatrix and protocol version, the size and license of each runtime row's
-distribution — measured in that environment, not the parent's) and its adapters are described
-with that interpreter; fixtures are prepared once, so the first round's wall time is a fair
-estimate of the later ones.
+(AB or BA, drawn per round and cell from ``random.Random(seed)``), in one of three modes:
+
+- ``alternate`` (the default): both processes at once, unpinned; each loads and warms up, then
+  their counted repetitions take turns, one at a time, in ABBA order (:mod:`rtmatrix.turns`).
+  Both sides are measured within the same second or two, never at the same time. Measured on
+  this 2-core VM (issue 31, 48 A/A rounds each, interleaved): the per-round sd of the TG
+  log-ratio fell from 7.1 % (sequential) to 3.6 %, because one process's TG wanders by ~9 %
+  over a minute (lag-1 autocorrelation 0.72) while the launch settings tried (address-space
+  randomization off, pinning, weights read or in huge pages, warm-up 3) changed nothing. A round
+  is used only where every counted repetition of both sides took its turn
+  (``evidence.alternate``);
+- ``sequential``: one process after the other (the design before issue 31);
+- ``duet`` (after Bulej et al., ICPE 2020): both at once, each pinned to its own block of
+  CPUs, the first in the order started first on the first block, so both see the same machine
+  interference. It needs twice the cells' threads in CPUs; on this VM it did not lower the
+  spread (the two sides interfere with each other). A duet round is used only where the two
+  counted windows overlapped for at least :data:`DUET_MIN_OVERLAP` of the shorter one
+  (``evidence.duet``).
+
+A cell that is not ``ok`` on a side in the first round is not repeated: there are no figures to
+compare, and its outcome is judged from that round. Before the first round each side's
+interpreter is probed (its installed distributions, rtmatrix and protocol version, the size and
+license of each runtime row's distribution — measured in that environment, not the parent's) and
+its adapters are described with that interpreter; fixtures are prepared once, so the first
+round's wall time is a fair estimate of the later ones.
 
 **K**: ``rounds`` if given, else ``DEFAULT_ROUNDS`` (24, from the seeded simulation in
 :mod:`rtmatrix.results.paired`: at 3 % between-process spread it finds a 10 % slowdown in every
@@ -61,16 +79,17 @@ from rtmatrix.results.comparison import (
     worst,
 )
 from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS, MIN_ROUNDS, Criterion
-from rtmatrix.results.records import CellRecord, value_of
+from rtmatrix.results.records import CellRecord, evidence_of, value_of
 from rtmatrix.runner import process
 from rtmatrix.runner.orchestrate import RunContext, plan_cells, run_cell
 from rtmatrix.runner.record import new_record
+from rtmatrix.turns import TurnServer, coordinate
 
 Progress = Callable[[str], None]
 PROBE_TIMEOUT_S = 120
 SIDE_NAMES = ("a", "b")
-MODES = ("auto", "sequential", "duet")
-DEFAULT_MODE = "auto"
+MODES = ("alternate", "sequential", "duet")
+DEFAULT_MODE = "alternate"
 #: a duet round is used only where the two sides' counted repetitions overlapped in time for at
 #: least this share of the shorter of the two windows (``evidence.duet`` of each record)
 DUET_MIN_OVERLAP = 0.8
@@ -131,8 +150,8 @@ class Settings:
     #: relative margin / min effect per metric; the key "" applies to every metric
     margin: dict[str, float] = field(default_factory=dict)
     min_effect: dict[str, float] = field(default_factory=dict)
-    #: "sequential" (a round's two processes one after the other), "duet" (both at once, each
-    #: pinned to its own CPUs) or "auto" (duet where the host has the CPUs: :func:`choose_mode`)
+    #: "alternate" (both processes at once, their counted repetitions taking turns),
+    #: "sequential" (one after the other) or "duet" (both at once, each on its own CPUs)
     mode: str = DEFAULT_MODE
 
     def criteria(self) -> dict[str, Criterion]:
@@ -339,6 +358,8 @@ class Rounds:
     round_s: list[float] = field(default_factory=list)
     #: a duet comparison's two CPU blocks (first-started side, second), else empty: sequential
     blocks: tuple[CpuBlock, ...] = ()
+    #: an alternate comparison: both processes at once, counted repetitions taking turns
+    alternate: bool = False
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.settings.seed)
@@ -349,7 +370,13 @@ class Rounds:
         for key in keys:
             t0 = time.monotonic()
             order = "ab" if self.rng.random() < 0.5 else "ba"
-            recs = self._duet(key, order) if self.blocks else self._sequential(key, order)
+            gen = self.sides["a"].cells[key].fixture.scenario == "generate"
+            if self.alternate and gen:  # a lifecycle scenario has no counted repetitions
+                recs = self._alternate(key, order)
+            elif self.blocks:
+                recs = self._duet(key, order)
+            else:
+                recs = self._sequential(key, order)
             for pos, name in enumerate(order):
                 self.records.append(RoundRecord(key, rnd, name, pos, recs[name]))
             self.progress(_progress_line(rnd, str(self.k or "?"), key, order, recs))
@@ -358,9 +385,11 @@ class Rounds:
         self.round_s.append(time.monotonic() - t_round)
         return repeated
 
-    def _one(self, name: str, key: str, cpus: tuple[int, ...] | None = None) -> CellRecord:
+    def _one(
+        self, name: str, key: str, cpus: CpuBlock | None = None, turns: str | None = None
+    ) -> CellRecord:
         side = self.sides[name]
-        ctx = dataclasses.replace(side.ctx, cpus=cpus) if cpus else side.ctx
+        ctx = dataclasses.replace(side.ctx, cpus=cpus, turns=turns) if cpus or turns else side.ctx
         # run_cell builds the cell record the schema describes (runner.record), checked against
         # it when the side's run is saved (_save_side); the cast changes nothing
         rec = cast(CellRecord, run_cell(ctx, side.cells[key]))
@@ -397,6 +426,39 @@ class Rounds:
             self.sides[name].ctx.record["cells"].append(recs[name])
         return recs
 
+    def _alternate(self, key: str, order: str) -> dict[str, CellRecord]:
+        """Both sides' processes at once, unpinned, their counted repetitions taking turns in
+        ABBA order (:mod:`rtmatrix.turns`); each record gets ``evidence.alternate`` (the turns
+        granted, whether every counted repetition of both took its turn)."""
+        cell = self.sides[order[0]].cells[key]
+        reps, timeout = int(cell.run["repetitions"]), float(cell.run["timeout_s"])
+        servers = {name: TurnServer(name) for name in order}
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rtmatrix-turns") as pool:
+            futures = {
+                name: pool.submit(self._one, name, key, None, servers[name].path) for name in order
+            }
+            try:
+                info = coordinate(
+                    servers, order, reps, lambda n: not futures[n].done(), timeout, timeout
+                )
+            except BaseException:
+                _settle(futures)
+                for srv in servers.values():
+                    srv.close()
+                raise
+            recs = _await_both(futures)
+        gated = {
+            n: int((evidence_of(r).get("turns") or {}).get("gated_reps", 0))
+            for n, r in recs.items()
+        }
+        for name in order:
+            recs[name].setdefault("evidence", {})["alternate"] = info | {
+                "gated_reps": gated,
+                "alternated": bool(info["alternated"]) and all(g == reps for g in gated.values()),
+            }
+            self.sides[name].ctx.record["cells"].append(recs[name])
+        return recs
+
     def repeated_keys(self) -> list[str]:
         first = {(r.key, r.side): r.record for r in self.records if r.round == 1}
         return [
@@ -410,10 +472,19 @@ def _await_both(futures: Mapping[str, Future[CellRecord]]) -> dict[str, CellReco
     try:
         return {name: f.result() for name, f in futures.items()}
     except BaseException:
-        while not all(f.done() for f in futures.values()):
-            process.kill_live()
-            time.sleep(0.05)
+        _settle(futures)
         raise
+
+
+def _gated_reps(rec: CellRecord) -> int:
+    return int((evidence_of(rec).get("turns") or {}).get("gated_reps", 0))
+
+
+def _settle(futures: Mapping[str, Future[CellRecord]]) -> None:
+    """Kill the running workers until every supervising thread has returned."""
+    while not all(f.done() for f in futures.values()):
+        process.kill_live()
+        time.sleep(0.05)
 
 
 def counted_window(rec: CellRecord) -> list[float] | None:
@@ -449,22 +520,20 @@ def duet_blocks(threads: int, cpus: Iterable[int]) -> tuple[CpuBlock, CpuBlock] 
 def choose_mode(
     requested: str, threads: Iterable[int], cpus: Iterable[int]
 ) -> tuple[tuple[CpuBlock, ...], str]:
-    """The CPU blocks of a duet comparison (empty: sequential) and how the mode was chosen.
-    ``auto`` runs a duet where this process may use at least twice the most threads any
-    compared cell runs with; ``duet`` demands it (CompareError where the host lacks them)."""
+    """The CPU blocks of a duet comparison (empty for the other modes) and how the mode was
+    chosen; CompareError for a duet on a host with fewer than twice the cells' threads."""
+    if requested != "duet":
+        return (), f"{requested} (--mode {requested})"
     pool = sorted(cpus)
     most = max(threads, default=1)
     blocks = duet_blocks(most, pool)
-    if requested == "sequential":
-        return (), "sequential (--mode sequential)"
     if blocks is None:
-        why = f"{len(pool)} CPU(s) here, a duet of {most}-thread cells needs {2 * most}"
-        if requested == "duet":
-            msg = f"--mode duet: {why}; use --mode sequential"
-            raise CompareError(msg)
-        return (), f"sequential (auto: {why})"
-    how = "--mode duet" if requested == "duet" else f"auto: {len(pool)} CPUs >= 2 x {most}"
-    return blocks, f"duet, sides on CPUs {list(blocks[0])} and {list(blocks[1])} ({how})"
+        msg = (
+            f"--mode duet: {len(pool)} CPU(s) here, a duet of {most}-thread cells needs "
+            f"{2 * most}; use --mode alternate"
+        )
+        raise CompareError(msg)
+    return blocks, f"duet, sides on CPUs {list(blocks[0])} and {list(blocks[1])} (--mode duet)"
 
 
 def choose_k(settings: Settings, first_s: float, repeat_s: float) -> tuple[int, str]:
@@ -488,6 +557,22 @@ def choose_k(settings: Settings, first_s: float, repeat_s: float) -> tuple[int, 
     if settings.rounds is not None and k == settings.rounds and fits > k:
         why += f" (capped by --rounds {settings.rounds})"
     return k, why
+
+
+#: the parent's CPU sampling interval during an alternate comparison's counted repetitions: each
+#: repetition's contention is read alone, so it needs samples inside it (the default 0.25 s is
+#: longer than a small model's repetition)
+TURN_SAMPLE_INTERVAL_S = 0.05
+
+
+def _sample_turns_finely(sides: Mapping[str, Side], keys: Sequence[str]) -> None:
+    for side in sides.values():
+        for key in keys:
+            cell = side.cells[key]
+            every = min(float(cell.run["counted_sample_interval_s"]), TURN_SAMPLE_INTERVAL_S)
+            side.cells[key] = dataclasses.replace(
+                cell, run=dict(cell.run) | {"counted_sample_interval_s": every}
+            )
 
 
 def _shared_keys(sides: Mapping[str, Side], progress: Progress) -> list[str]:
@@ -539,7 +624,10 @@ def run_comparison(
         raise CompareError(msg)
     threads = [int(side.cells[k].params["threads"]) for side in sides.values() for k in keys]
     blocks, mode_how = choose_mode(settings.mode, threads, os.sched_getaffinity(0))
-    rounds = Rounds(sides, keys, settings, progress, blocks=blocks)
+    alternate = mode_how.startswith("alternate")
+    if alternate:
+        _sample_turns_finely(sides, keys)
+    rounds = Rounds(sides, keys, settings, progress, blocks=blocks, alternate=alternate)
     rounds.k = (settings.rounds or DEFAULT_ROUNDS) if settings.budget_s is None else 0
     progress(f"rtmatrix compare: {len(keys)} cell(s), A = {a.python}, B = {b.python}")
     progress(f"rtmatrix compare: {mode_how}")
@@ -553,7 +641,7 @@ def run_comparison(
     recorded = settings.to_dict() | {
         "k": rounds.k,
         "k_how": rounds.k_how,
-        "mode_used": "duet" if blocks else "sequential",
+        "mode_used": mode_how.split(" ", 1)[0].rstrip(","),
         "mode_how": mode_how,
         "matrix": str(matrix.path),
         "round_s": rounds.round_s,

@@ -62,6 +62,8 @@ class RunContext:
     quality_runs: bool = True
     #: pin this context's workers to these CPUs (a duet comparison's side), else unpinned
     cpus: tuple[int, ...] | None = None
+    #: the Unix socket this context's workers take turns on (an alternate comparison's side)
+    turns: str | None = None
 
 
 def make_job(
@@ -96,6 +98,7 @@ def make_job(
         quality_text=quality.text if quality else None,
         quality_positions=quality.positions if quality else 0,
         prompt_ids=prompt_ids,
+        turns=ctx.turns if task == "cell" else None,
     )
 
 

@@ -20,7 +20,7 @@ from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix, options_text
 from rtmatrix.metrics import cell as cell_metrics
 from rtmatrix.metrics import host, package, parity, quality
-from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
+from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading, gated_reading
 from rtmatrix.metrics.quality import QualityPlan
 from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
@@ -234,6 +234,9 @@ def contention(fin: Finished) -> ContentionReading | None:
         return None
     threshold = float(fin.cell.run.get("contention_threshold_cores", DEFAULT_THRESHOLD_CORES))
     reps = fin.result.reps if fin.result else []
+    turns = (fin.result.turns if fin.result else None) or {}
+    if reps and turns.get("gated_reps"):  # the other side ran between these repetitions
+        return gated_reading(lau.cpu, [(r.t_start, r.t_end) for r in reps], threshold)
     if reps:
         t0, t1 = min(r.t_start for r in reps), max(r.t_end for r in reps)
         window = "the counted repetitions"
@@ -280,6 +283,8 @@ def _evidence(fin: Finished) -> dict[str, Any]:
         ev["stdout_tail"] = fin.launch.stdout_tail[-TAIL_CHARS:]
     if result and result.traceback_tail:
         ev["traceback_tail"] = result.traceback_tail
+    if result and result.turns is not None:
+        ev["turns"] = result.turns  # how the counted repetitions took turns (alternate)
     if fin.launch:
         ev["leaked_processes"] = [lp.to_dict() for lp in fin.launch.leaked]
         ev["process_tracking"] = fin.launch.tracking
