@@ -359,9 +359,9 @@ side in round 1 is not repeated. Rounds where a side was contended (host busy ou
 are skipped for figures and counted.
 
 Modes (--mode): alternate (the default) starts a round's two processes at once, unpinned; each
-loads and warms up, then its counted repetitions take turns with the other side's (A B B A ...),
-one at a time, so both sides are measured within the same second or two and never at the same
-time; a round is used only where every counted repetition of both took its turn
+loads its model, then its repetitions (warm-up and counted) take turns with the other side's (A
+B B A ...), one at a time, so both sides are measured within the same second or two and never at
+the same time; a round is used only where every repetition of both took its turn
 (evidence.alternate). On a 2-core VM this halved the per-round spread of the TG ratio (7.1 %%
 -> 3.6 %%). sequential runs one process after the other. duet runs both at once, each pinned
 to its own CPUs (needs twice the cells' threads in CPUs); a duet round is used only where the

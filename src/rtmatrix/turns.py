@@ -1,8 +1,8 @@
-"""Taking turns: two loaded worker processes whose counted repetitions alternate, A B B A …
+"""Taking turns: two loaded worker processes whose repetitions alternate, A B B A …
 
 ``rtmatrix compare --mode alternate`` starts both sides' workers of a round at once; each loads
-its model and runs its warm-up freely, then, before every counted repetition, waits for its turn
-on a Unix socket the parent listens on. The parent grants turns one at a time in an ABBA pattern
+its model, then, before every repetition (warm-up and counted), waits for its turn on a Unix
+socket the parent listens on. The parent grants turns one at a time in an ABBA pattern
 (the round's drawn order, then reversed, …), so the two sides' repetitions are measured
 interleaved within the same second or two and never at the same time. On this 2-core VM one
 process's TG wanders by ~9 % (sd of log) over a minute with a lag-1 autocorrelation of 0.72 while
@@ -37,7 +37,7 @@ DEFAULT_ARRIVE_S = 120.0
 
 
 class TurnGate:
-    """The worker's end: :meth:`wait` before a counted repetition, :meth:`done` after it."""
+    """The worker's end: :meth:`wait` before a repetition, :meth:`done` after it."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
@@ -82,7 +82,7 @@ class TurnGate:
             self.close()
 
     def hold(self) -> None:
-        """After the last counted repetition: wait until the parent lets go (it closes the
+        """After the last repetition: wait until the parent lets go (it closes the
         socket once both sides took every turn), so this worker's teardown does not run during
         the other side's last repetition."""
         if self.sock is None:
@@ -195,7 +195,7 @@ def coordinate(
         for name, srv in servers.items():
             arrived[name] = arrived[name] or srv.try_accept()
             if not arrived[name] and not running(name):
-                failure = f"side {name.upper()}'s worker ended before its first counted repetition"
+                failure = f"side {name.upper()}'s worker ended before its first turn"
         if failure or time.monotonic() > deadline:
             failure = failure or f"the workers did not both arrive within {arrive_s:g} s"
             break

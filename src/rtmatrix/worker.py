@@ -196,8 +196,7 @@ def _generate(
                 events.phase("power")
                 meter = power.open_meter(job.power)
             result.phase = "generate"
-            if counted:
-                gate.wait()  # a compare --mode alternate turn (no-op otherwise)
+            gate.wait()  # a compare --mode alternate turn, warm-up too (no-op otherwise)
             events.phase("generate", repetition=i, counted=counted)
             run = (
                 _run_engine_repetition if isinstance(adapter, EngineGeneration) else _run_repetition
@@ -210,8 +209,7 @@ def _generate(
             if counted and not result.reps and first_logits is not None:
                 np.save(job_dir / "first_logits.npy", first_logits)
             (result.reps if counted else result.warmup).append(rep)
-            if counted:
-                gate.done()
+            gate.done()
         gate.hold()  # the other side's last turn runs before this worker tears down
     finally:
         gate.close()

@@ -193,7 +193,7 @@ def test_alternate_rounds_take_turns_and_every_turn_is_recorded(tmp_path: Path, 
     assert any("alternate (--mode alternate)" in ln for ln in lines)
     for side in "ab":
         ev = load_run(paths[side])["cells"][0]["evidence"]
-        assert ev["turns"] == {"gated_reps": 5}  # the worker's own gate
-        assert ev["alternate"]["alternated"] and ev["alternate"]["turns"] == {"a": 5, "b": 5}
+        assert ev["turns"] == {"gated_reps": 6}  # 1 warm-up + 5 counted
+        assert ev["alternate"]["alternated"] and ev["alternate"]["turns"] == {"a": 6, "b": 6}
     assert c.rounds["used"].all()
     assert any(n.startswith("alternate:") for n in c.notes)

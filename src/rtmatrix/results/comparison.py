@@ -409,8 +409,8 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 def _duet_note(settings: Mapping[str, Any]) -> list[str]:
     if settings.get("mode_used") == "alternate":
         return [
-            "alternate: each round ran both sides' processes at once, their counted "
-            "repetitions taking turns (ABBA); load and warm-up ran side by side, so cold-start "
+            "alternate: each round ran both sides' processes at once, their repetitions "
+            "taking turns (ABBA); their imports and loads ran side by side, so cold-start "
             "figures were measured beside the other side"
         ]
     if settings.get("mode_used") != "duet":

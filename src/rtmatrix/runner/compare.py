@@ -8,8 +8,9 @@ adapter (replacing every selected runtime row's adapter). So one design compares
 Each **round** runs every cell once per side, the two worker processes in a seeded random order
 (AB or BA, drawn per round and cell from ``random.Random(seed)``), in one of three modes:
 
-- ``alternate`` (the default): both processes at once, unpinned; each loads and warms up, then
-  their counted repetitions take turns, one at a time, in ABBA order (:mod:`rtmatrix.turns`).
+- ``alternate`` (the default): both processes at once, unpinned; each loads its model, then
+  their repetitions (warm-up and counted) take turns, one at a time, in ABBA order
+  (:mod:`rtmatrix.turns`).
   Both sides are measured within the same second or two, never at the same time. Measured on
   this 2-core VM (issue 31, 48 A/A rounds each, interleaved): the per-round sd of the TG
   log-ratio fell from 7.1 % (sequential) to 3.6 %, because one process's TG wanders by ~9 %
@@ -431,7 +432,10 @@ class Rounds:
         ABBA order (:mod:`rtmatrix.turns`); each record gets ``evidence.alternate`` (the turns
         granted, whether every counted repetition of both took its turn)."""
         cell = self.sides[order[0]].cells[key]
-        reps, timeout = int(cell.run["repetitions"]), float(cell.run["timeout_s"])
+        # warm-up repetitions take turns too: two multi-threaded runtimes warming up at once
+        # oversubscribe the CPUs (spinning thread pools) and slow the whole round
+        reps = int(cell.run["repetitions"]) + int(cell.run["warmup"])
+        timeout = float(cell.run["timeout_s"])
         servers = {name: TurnServer(name) for name in order}
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="rtmatrix-turns") as pool:
             futures = {
