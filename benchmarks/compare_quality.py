@@ -39,14 +39,14 @@ share of skipped rounds is printed (``--contention-threshold`` changes the matri
 
 ``--ledger FILE`` (independent mode) appends one CSV row per check of every comparison as it
 ends (time, condition, cell, metric, verdict, ratio, raw and Holm p-values, K, load, the two
-pythons, the rtmatrix commit), so comparisons made in separate sessions add up to the 300 the
-A/A goal needs; an interrupted run keeps what it finished. ``--summarize FILE`` reads a ledger
-and prints, per condition, the flagged cell comparisons with a Clopper–Pearson interval and the
-regressions per metric, and for A/A a calibration check that needs far fewer comparisons than
-the flag count: under identical sides each throughput check's raw one-sided p-value is uniform
-on [0, 1], so the share at or below 0.05 / 0.10 and a Kolmogorov–Smirnov test
-(``scipy.stats.kstest``) show a side offset or dependence between rounds long before a 1 %
-flag rate can be resolved.
+pythons, the rtmatrix commit, the comparison's ``--mode``), so comparisons made in separate
+sessions add up to the 300 the A/A goal needs; an interrupted run keeps what it finished.
+``--summarize FILE`` reads a ledger and prints, per mode and condition, the flagged cell
+comparisons with a Clopper–Pearson interval and the regressions per metric, and for A/A a
+calibration check that needs far fewer comparisons than the flag count: under identical sides
+each throughput check's raw one-sided p-value is uniform on [0, 1], so the share at or below
+0.05 / 0.10 and a Kolmogorov–Smirnov test (``scipy.stats.kstest``) show a side offset or
+dependence between rounds long before a 1 % flag rate can be resolved.
 """
 
 from __future__ import annotations

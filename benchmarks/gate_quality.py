@@ -30,12 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rtmatrix.matrix import load_matrix
 from rtmatrix.results import load_run
 from rtmatrix.results.diff import Mark, diff_runs, parse_checks
 from rtmatrix.results.gate import EXIT_PASS, EXIT_REGRESSION, evaluate
+from rtmatrix.results.records import RunRecord
 from rtmatrix.runner import run_matrix
 
 MATRIX = """\
@@ -79,7 +80,7 @@ def _write_matrix(
 
 def _run(matrix: Path, results: Path) -> dict[str, Any]:
     path = run_matrix(load_matrix(matrix), results, progress=lambda _line: None)
-    return load_run(path)
+    return dict(load_run(path))
 
 
 def _rekey(slow: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +102,7 @@ def _tg_ratio(base: dict[str, Any], cand: dict[str, Any]) -> list[float]:
 
 
 def _gate(base: dict[str, Any], cand: dict[str, Any], fail: list[str]) -> tuple[int, list[str]]:
-    diff = diff_runs(base, cand, parse_checks(fail))
+    diff = diff_runs(cast(RunRecord, base), cast(RunRecord, cand), parse_checks(fail))
     result = evaluate(diff)
     flagged = [
         f"{c.key.split('|')[1]}:{m.name}{m.mark}"

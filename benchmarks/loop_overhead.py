@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,7 +260,7 @@ def harness_round(setup: Setup, tmp: Path) -> dict[str, Any]:
     return out
 
 
-def _agreement(parity: dict[str, Any]) -> str | None:
+def _agreement(parity: Mapping[str, Any]) -> str | None:
     if parity.get("tokens_compared") is None:
         return None
     return f"{parity.get('tokens_agree')}/{parity['tokens_compared']}"

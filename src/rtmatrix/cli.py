@@ -362,10 +362,11 @@ Modes (--mode): alternate (the default) starts a round's two processes at once, 
 loads its model, then its repetitions (warm-up and counted) take turns with the other side's (A
 B B A ...), one at a time, so both sides are measured within the same second or two and never at
 the same time; a round is used only where every repetition of both took its turn
-(evidence.alternate). On a 2-core VM this halved the per-round spread of the TG ratio (7.1 %%
--> 3.6 %%). sequential runs one process after the other. duet runs both at once, each pinned
-to its own CPUs (needs twice the cells' threads in CPUs); a duet round is used only where the
-two counted windows overlapped for at least 80%% of the shorter one (evidence.duet).
+(evidence.alternate). On a 2-core VM this halved the per-round spread of the TG ratio (7.0 %% ->
+3.6 %% at 1 thread, 7.4 %% -> 3.9 %% at 2). sequential runs one process after the other. duet
+runs both at once, each pinned to its own CPUs (needs twice the cells' threads in CPUs); a duet
+round is used only where the two counted windows overlapped for at least 80%% of the shorter one
+(evidence.duet).
 
 K: --rounds, else %(k)d (found 10%% slowdowns in every check and 5%% in 94%% at 3%%
 between-process spread in the paired module's simulation); with --budget-s, K from round 1's

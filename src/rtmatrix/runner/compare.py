@@ -10,13 +10,13 @@ Each **round** runs every cell once per side, the two worker processes in a seed
 
 - ``alternate`` (the default): both processes at once, unpinned; each loads its model, then
   their repetitions (warm-up and counted) take turns, one at a time, in ABBA order
-  (:mod:`rtmatrix.turns`).
-  Both sides are measured within the same second or two, never at the same time. Measured on
-  this 2-core VM (issue 31, 48 A/A rounds each, interleaved): the per-round sd of the TG
-  log-ratio fell from 7.1 % (sequential) to 3.6 %, because one process's TG wanders by ~9 %
+  (:mod:`rtmatrix.turns`). Both sides are measured within the same second or two, never at
+  the same time. Measured on this 2-core VM (issue 31, A/A, interleaved with sequential rounds):
+  the per-round sd of the TG log-ratio fell from 7.0 % to 3.6 % (1 thread, p16 g32) and from
+  7.4 % to 3.9 % (2 threads, p128 g64), because one process's TG wanders by ~9 %
   over a minute (lag-1 autocorrelation 0.72) while the launch settings tried (address-space
   randomization off, pinning, weights read or in huge pages, warm-up 3) changed nothing. A round
-  is used only where every counted repetition of both sides took its turn
+  is used only where every repetition of both sides took its turn
   (``evidence.alternate``);
 - ``sequential``: one process after the other (the design before issue 31);
 - ``duet`` (after Bulej et al., ICPE 2020): both at once, each pinned to its own block of
