@@ -363,7 +363,7 @@ loads its model, then its repetitions (warm-up and counted) take turns with the 
 B B A ...), one at a time, so both sides are measured within the same second or two and never at
 the same time; a round is used only where every repetition of both took its turn
 (evidence.alternate). On a 2-core VM this halved the per-round spread of the TG ratio (7.0 %% ->
-3.6 %% at 1 thread, 7.4 %% -> 3.9 %% at 2). sequential runs one process after the other. duet
+3.6 %% at 1 thread, 7.1 %% -> 3.9 %% at 2). sequential runs one process after the other. duet
 runs both at once, each pinned to its own CPUs (needs twice the cells' threads in CPUs); a duet
 round is used only where the two counted windows overlapped for at least 80%% of the shorter one
 (evidence.duet).

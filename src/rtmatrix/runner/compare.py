@@ -13,7 +13,7 @@ Each **round** runs every cell once per side, the two worker processes in a seed
   (:mod:`rtmatrix.turns`). Both sides are measured within the same second or two, never at
   the same time. Measured on this 2-core VM (issue 31, A/A, interleaved with sequential rounds):
   the per-round sd of the TG log-ratio fell from 7.0 % to 3.6 % (1 thread, p16 g32) and from
-  7.4 % to 3.9 % (2 threads, p128 g64), because one process's TG wanders by ~9 %
+  7.1 % to 3.9 % (2 threads, p128 g64), because one process's TG wanders by ~9 %
   over a minute (lag-1 autocorrelation 0.72) while the launch settings tried (address-space
   randomization off, pinning, weights read or in huge pages, warm-up 3) changed nothing. A round
   is used only where every repetition of both sides took its turn
