@@ -208,7 +208,7 @@ def coordinate(
         srv.close()
     granted = {name: srv.granted for name, srv in servers.items()}
     out: dict[str, Any] = {
-        "pattern": "".join(sequence[: 2 * 2]) + ("…" if len(sequence) > 4 else ""),
+        "pattern": "".join(sequence[:4]) + ("…" if len(sequence) > 4 else ""),
         "turns": granted,
         "alternated": failure is None and all(g == reps for g in granted.values()),
     }

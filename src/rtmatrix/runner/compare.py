@@ -379,6 +379,7 @@ class Rounds:
             else:
                 recs = self._sequential(key, order)
             for pos, name in enumerate(order):
+                self.sides[name].ctx.record["cells"].append(recs[name])
                 self.records.append(RoundRecord(key, rnd, name, pos, recs[name]))
             self.progress(_progress_line(rnd, str(self.k or "?"), key, order, recs))
             if all(r["outcome"]["status"] == "ok" for r in recs.values()):
@@ -398,11 +399,7 @@ class Rounds:
         return rec
 
     def _sequential(self, key: str, order: str) -> dict[str, CellRecord]:
-        recs: dict[str, CellRecord] = {}
-        for name in order:
-            recs[name] = self._one(name, key)
-            self.sides[name].ctx.record["cells"].append(recs[name])
-        return recs
+        return {name: self._one(name, key) for name in order}
 
     def _duet(self, key: str, order: str) -> dict[str, CellRecord]:
         """Both sides' processes at once, the first in ``order`` started first on the first
@@ -424,7 +421,6 @@ class Rounds:
                 "min_overlap": DUET_MIN_OVERLAP,
                 "overlapped": share is not None and share >= DUET_MIN_OVERLAP,
             }
-            self.sides[name].ctx.record["cells"].append(recs[name])
         return recs
 
     def _alternate(self, key: str, order: str) -> dict[str, CellRecord]:
@@ -451,16 +447,12 @@ class Rounds:
                     srv.close()
                 raise
             recs = _await_both(futures)
-        gated = {
-            n: int((evidence_of(r).get("turns") or {}).get("gated_reps", 0))
-            for n, r in recs.items()
-        }
+        gated = {n: _gated_reps(r) for n, r in recs.items()}
         for name in order:
             recs[name].setdefault("evidence", {})["alternate"] = info | {
                 "gated_reps": gated,
                 "alternated": bool(info["alternated"]) and all(g == reps for g in gated.values()),
             }
-            self.sides[name].ctx.record["cells"].append(recs[name])
         return recs
 
     def repeated_keys(self) -> list[str]:
@@ -628,7 +620,7 @@ def run_comparison(
         raise CompareError(msg)
     threads = [int(side.cells[k].params["threads"]) for side in sides.values() for k in keys]
     blocks, mode_how = choose_mode(settings.mode, threads, os.sched_getaffinity(0))
-    alternate = mode_how.startswith("alternate")
+    alternate = settings.mode == "alternate"
     if alternate:
         _sample_turns_finely(sides, keys)
     rounds = Rounds(sides, keys, settings, progress, blocks=blocks, alternate=alternate)
@@ -645,7 +637,7 @@ def run_comparison(
     recorded = settings.to_dict() | {
         "k": rounds.k,
         "k_how": rounds.k_how,
-        "mode_used": mode_how.split(" ", 1)[0].rstrip(","),
+        "mode_used": settings.mode,
         "mode_how": mode_how,
         "matrix": str(matrix.path),
         "round_s": rounds.round_s,
