@@ -407,6 +407,7 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
                     }
         enter("evidence")
         result.evidence = collect_evidence(adapter) | {"launch": launch_evidence()}
+        _stack(adapter, job, result)
         enter("close")
         adapter.close()
         result.status = "ok"
@@ -428,6 +429,19 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
                 result.evidence = {"error": f"evidence unavailable: {ev_exc}"}
         result.error_kind = _error_kind(adapter, result)
         return EXIT_ERROR, result
+
+
+def _stack(adapter: Any, job: Job, result: WorkerResult) -> None:
+    """The runtime home's report of what ran (StackReporting), or why there is none."""
+    from rtmatrix.adapters.capabilities import StackReporting, missing
+
+    if not isinstance(adapter, StackReporting):
+        result.stack_unavailable = missing(adapter, StackReporting, "the stack report")
+        return
+    try:
+        result.stack = adapter.stack_report(job.dtype)
+    except Exception as exc:  # the report is evidence: its failure is said, the cell stands
+        result.stack_unavailable = f"stack_report failed: {type(exc).__name__}: {exc}"[:400]
 
 
 def describe(target: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUna
 from rtmatrix.adapters.capabilities import OnPrefill, OnToken
 from rtmatrix.fixtures.model import KVCache, Reference, greedy_pick
 from rtmatrix.fixtures.spec import ModelSpec
+from rtmatrix.numerics import Fact, Numerics, StackReport
 
 
 class NumpyAdapter(Adapter):
@@ -327,3 +328,51 @@ class SlowDecodeAdapter(NumpyAdapter):
 
     def evidence(self) -> dict[str, Any]:
         return super().evidence() | {"slowdown": self._slowdown}
+
+
+def _to_bf16(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    """Round to bfloat16 (nearest, ties to even) and back: 8 significant bits."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+class Bf16Adapter(NumpyAdapter):
+    """A runtime that, like OpenVINO on an AVX512_BF16 host, computes an f32 model in bf16 by
+    default (weights and logits rounded to bf16) and says so through StackReporting; option
+    ``precision = "f32"`` computes in f32 (the numerics control)."""
+
+    name: ClassVar[str] = "bf16"
+    #: what this adapter tells the harness it computed in (None: its own precision)
+    claims: ClassVar[str | None] = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._precision = "bf16"
+
+    def load(self, model_path: Path, params: LoadParams) -> None:
+        super().load(model_path, params)
+        self._precision = str(params.options.get("precision", "bf16"))
+        if self._precision == "bf16":
+            assert self._ref is not None
+            self._ref.w = {k: _to_bf16(v) for k, v in self._ref.w.items()}
+
+    def last_logits(self) -> NDArray[np.float32]:
+        out = super().last_logits()
+        return _to_bf16(out) if self._precision == "bf16" else out
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        said = self.claims or self._precision
+        asked = self._precision != "bf16"
+        matmul = Fact(said, f"PRECISION = {said}", "the fake runtime's property",
+                      default=not asked, host_dependent=not asked)  # fmt: skip
+        control = {"precision": "f32"} if said != "f32" else {}
+        num = Numerics(devices=["cpu"], matmul=matmul, control=control,
+                       control_explains="the fake runtime's PRECISION" if control else "")  # fmt: skip
+        return StackReport(backend={"device": "fake CPU"}, kernels={}, numerics=num)
+
+
+class SilentBf16Adapter(Bf16Adapter):
+    """Computes in bf16 and claims f32: the harness must not loosen its verdict for it."""
+
+    claims: ClassVar[str | None] = "f32"

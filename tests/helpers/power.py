@@ -1,4 +1,5 @@
-"""Fakes for the power tests: a powercap tree on disk and just enough of pynvml."""
+"""Fakes for the power tests: a powercap tree on disk, just enough of pynvml, and small energy
+sources standing in for RAPL and NVML with the devices they meter."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from typing import Any, cast
 
 import pytest
 
+from rtmatrix.metrics.power import meter as power_meter
+from rtmatrix.metrics.power.base import HARDWARE, EnergySource
+from rtmatrix.metrics.power.devices import CPU, Device
 from rtmatrix.metrics.power.rapl import POWERCAP_ENV
 
 
@@ -87,3 +91,61 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> FakeNvml:
     nv = FakeNvml(**kw)
     monkeypatch.setitem(sys.modules, "pynvml", cast(ModuleType, nv))
     return nv
+
+
+def reading(phase: dict[str, Any], meter: str) -> dict[str, Any]:
+    """One source's record of a phase (``meter.take()[phase]``), with the phase's seconds."""
+    rec: dict[str, Any] = phase["meters"][meter]
+    return rec | {"s": phase["s"], "cpu_s": phase["cpu_s"]}
+
+
+def source_info(info: dict[str, Any], meter: str) -> dict[str, Any]:
+    """One open source's entry of ``meter.info()``."""
+    found: list[dict[str, Any]] = [m for m in info["meters"] if m["meter"] == meter]
+    assert len(found) == 1, info
+    return found[0]
+
+
+H200 = Device("gpu", 0, name="NVIDIA H200", vendor="nvidia")
+
+
+class FakeSource(EnergySource):
+    """A hardware counter that advances ``step_j`` per read: each metered phase (two reads)
+    shows ``step_j`` joules."""
+
+    source = HARDWARE
+
+    def __init__(self, name: str, devices: tuple[Device, ...], step_j: float) -> None:
+        self.name, self.devices, self.step_j = name, devices, step_j
+        self.reads = 0
+        self.closed = False
+
+    def read_j(self) -> float:
+        self.reads += 1
+        return (self.reads - 1) * self.step_j
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def fake_sources(
+    monkeypatch: pytest.MonkeyPatch, rapl_j: float | None = None, nvml_j: float | None = None
+) -> None:
+    """Probes for this host: RAPL (the CPU) and NVML (one H200) only where given joules per
+    phase; every other source absent, with the reason a bare host gives."""
+    absent = {
+        "rapl": "no /sys/class/powercap",
+        "nvml": "pynvml (nvidia-ml-py) not installed",
+        "external": "no external meter configured ([power].meter)",
+        "modelled": "modelled source not enabled ([power].modelled = false)",
+    }
+    given = {"rapl": ((CPU,), rapl_j), "nvml": ((H200,), nvml_j)}
+    for name, why in absent.items():
+        devices, step = given.get(name, ((), None))
+
+        def probe(
+            cfg: Any, name: str = name, why: str = why, devs: Any = devices, step: Any = step
+        ) -> EnergySource | str:
+            return why if step is None else FakeSource(name, devs, step)
+
+        monkeypatch.setitem(power_meter.PROBES, name, probe)

@@ -10,6 +10,7 @@ import pytest
 
 from rtmatrix.metrics import power
 from rtmatrix.metrics.power.base import EXTERNAL
+from tests.helpers.power import reading, source_info
 
 METER_J = (
     "import pathlib, sys\n"
@@ -26,12 +27,13 @@ def test_external_meter_polled_joules(tmp_path: Path) -> None:
     cfg = {"sources": ["external"], "meter": cmd, "meter_resolution_j": 0.01}
     with power.open_meter(cfg) as meter:
         assert meter.info()["meter"] == "external"
+        assert meter.info()["devices"] == ["system"]  # by default: the whole machine
         for _ in range(2):
             with meter.phase("prefill"):
                 pass
             with meter.phase("decode"):
                 pass
-            rep = meter.take()
+            rep = {ph: reading(rec, "external") for ph, rec in meter.take().items()}
             # every reading adds 1.5 J: each phase is one reading after the one before it
             assert rep["prefill"]["j"] == pytest.approx(1.5)
             assert rep["decode"]["j"] == pytest.approx(1.5)
@@ -48,10 +50,11 @@ def test_external_meter_as_a_string_command(tmp_path: Path) -> None:
     script = tmp_path / "meter.py"
     script.write_text(METER_J)
     cfg = {"meter": f"{sys.executable} {script} {tmp_path / 'state'}"}
-    with power.open_meter(cfg | {"sources": ["external"]}) as meter:
+    with power.open_meter(cfg | {"sources": ["external"], "meter_devices": ["cpu"]}) as meter:
+        assert meter.info()["devices"] == ["cpu"]  # the user says it is wired to the CPU
         with meter.phase("decode"):
             pass
-        assert meter.take()["decode"]["j"] == pytest.approx(1.5)
+        assert reading(meter.take()["decode"], "external")["j"] == pytest.approx(1.5)
 
 
 def test_external_meter_streamed_joules() -> None:
@@ -63,8 +66,8 @@ def test_external_meter_streamed_joules() -> None:
     with power.open_meter(cfg) as meter:
         with meter.phase("decode"):
             time.sleep(0.3)
-        rec = meter.take()["decode"]
-        interval = meter.info()["update_interval_s"]
+        rec = reading(meter.take()["decode"], "external")
+        interval = source_info(meter.info(), "external")["update_interval_s"]
     assert 5 <= rec["j"] <= rec["s"] / 0.01 + 2  # at most 1 J per 10 ms, fewer under load
     assert interval is not None and interval >= 0.009
 
@@ -82,7 +85,7 @@ def test_external_meter_in_watts_is_sampled_and_integrated() -> None:
             time.sleep(0.3)
         with meter.phase("decode"):
             time.sleep(0.3)
-        rep = meter.take()
+        rep = {ph: reading(rec, "external") for ph, rec in meter.take().items()}
         m = meter.metrics(2)
     assert rep["decode"]["samples"] >= 2
     assert rep["decode"]["j"] / rep["decode"]["s"] == pytest.approx(12.5, rel=0.25)
@@ -103,7 +106,7 @@ def test_external_meter_streamed_watts() -> None:
     with power.open_meter(cfg) as meter:
         with meter.phase("decode"):
             time.sleep(0.2)
-        rec = meter.take()["decode"]
+        rec = reading(meter.take()["decode"], "external")
     assert rec["j"] == pytest.approx(40.0 * rec["s"], rel=0.05)
 
 

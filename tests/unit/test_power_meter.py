@@ -11,10 +11,11 @@ import pytest
 from rtmatrix.metrics import power
 from rtmatrix.metrics.power import meter as power_meter
 from rtmatrix.metrics.power.config import SOURCE_NAMES
+from rtmatrix.metrics.power.devices import SYSTEM
 from rtmatrix.metrics.power.metrics import ENERGY_KEYS
 from rtmatrix.metrics.power.rapl import POWERCAP_ENV
 from rtmatrix.outcome import Source
-from tests.helpers.power import fake_nvml, make_powercap
+from tests.helpers.power import FakeSource, fake_nvml, make_powercap
 
 
 @pytest.fixture
@@ -22,13 +23,28 @@ def powercap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return make_powercap(tmp_path, monkeypatch)
 
 
-def test_first_usable_source_in_order_wins(powercap: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_usable_source_opens_unless_an_earlier_one_meters_its_devices(
+    powercap: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_nvml(monkeypatch)
     with power.open_meter({"sources": ["nvml", "rapl"]}) as meter:
-        assert meter.info()["meter"] == "nvml"
-        assert meter.tried == {"nvml": "selected"}
-    with power.open_meter() as meter:
-        assert meter.info()["meter"] == "rapl"
+        info = meter.info()
+        assert info["meter"] == "nvml+rapl" and info["devices"] == ["gpu:0", "gpu:1", "cpu"]
+        assert meter.tried == {"nvml": "selected", "rapl": "selected"}
+        assert meter.src is not None and meter.src.name == "nvml"
+    # the modelled source would meter the CPU again: RAPL, earlier, wins it
+    with power.open_meter({"modelled": True, "tdp_w": 35}) as meter:
+        assert meter.info()["meter"] == "rapl+nvml"
+        assert meter.tried["modelled"] == "not needed: rapl already meters the CPU"
+    # a whole-system meter listed first covers both: neither RAPL nor NVML is opened
+    cfg = {"sources": ["external", "rapl", "nvml"], "meter": ["true"]}
+    monkeypatch.setitem(
+        power_meter.PROBES, "external", lambda cfg: FakeSource("external", (SYSTEM,), 1.0)
+    )
+    with power.open_meter(cfg) as meter:
+        assert meter.info()["devices"] == ["system"]
+        assert meter.tried["rapl"] == "not needed: external already meters the CPU"
+        assert meter.tried["nvml"] == "not needed: external already meters the GPU"
 
 
 def test_a_probe_that_raises_makes_only_its_source_unusable(

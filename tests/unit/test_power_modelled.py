@@ -9,6 +9,7 @@ import pytest
 
 from rtmatrix.metrics import power
 from rtmatrix.outcome import Source
+from tests.helpers.power import reading
 
 
 def test_modelled_is_labelled_with_its_inputs() -> None:
@@ -20,7 +21,7 @@ def test_modelled_is_labelled_with_its_inputs() -> None:
                 pass
         with meter.phase("decode"):
             time.sleep(0.01)
-        rep = meter.take()
+        rep = {ph: reading(rec, "modelled") for ph, rec in meter.take().items()}
         m = meter.metrics(n_generated_tokens=8)
     cpus = os.cpu_count() or 1
     assert rep["prefill"]["j"] == pytest.approx(120.0 * rep["prefill"]["cpu_s"] / cpus, rel=0.05)

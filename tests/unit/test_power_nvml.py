@@ -8,7 +8,7 @@ import pytest
 
 from rtmatrix.metrics import power
 from rtmatrix.metrics.power.nvml import NVML_RESOLUTION_J
-from tests.helpers.power import fake_nvml
+from tests.helpers.power import fake_nvml, reading, source_info
 
 
 def test_nvml_energy_counter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -16,10 +16,13 @@ def test_nvml_energy_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     with power.open_meter({"sources": ["nvml"], "nvml_devices": [1]}) as meter:
         with meter.phase("decode"):
             nv.mj += 250  # device 1 counts 2 x
-        rec = meter.take()["decode"]
+        rec = reading(meter.take()["decode"], "nvml")
         info = meter.info()
     assert rec["j"] == pytest.approx(0.5)
-    assert info["meter"] == "nvml" and info["resolution_j"] == NVML_RESOLUTION_J
+    assert info["meter"] == "nvml" and info["devices"] == ["gpu:1"]
+    info = source_info(info, "nvml")
+    assert info["resolution_j"] == NVML_RESOLUTION_J
+    assert info["devices"] == ["gpu:1"] and info["device_names"] == {"gpu:1": "NVIDIA H200"}
     assert info["inputs"]["device_names"] == ["NVIDIA H200"] and info["inputs"]["driver"] == "570.1"
     assert nv.inited == 0  # shut down on close
 
@@ -29,8 +32,9 @@ def test_nvml_without_energy_counter_samples_power(monkeypatch: pytest.MonkeyPat
     with power.open_meter({"sources": ["nvml"], "sample_interval_s": 0.01}) as meter:
         with meter.phase("decode"):
             time.sleep(0.1)
-        rec = meter.take()["decode"]
-        info = meter.info()
+        rec = reading(meter.take()["decode"], "nvml")
+        info = source_info(meter.info(), "nvml")
+    assert info["devices"] == ["gpu:0", "gpu:1"]
     assert info["sampled"] is True and "sampled" in info["inputs"]["method"]
     assert rec["j"] == pytest.approx(300.0 * rec["s"], rel=0.05)  # 2 devices x 150 W
     assert rec["samples"] >= 3

@@ -11,7 +11,7 @@ import pytest
 from rtmatrix.metrics import power
 from rtmatrix.metrics.power import rapl
 from rtmatrix.metrics.power.base import HARDWARE
-from tests.helpers.power import make_powercap, put, zone
+from tests.helpers.power import make_powercap, put, reading, source_info, zone
 
 
 @pytest.fixture
@@ -22,8 +22,10 @@ def powercap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_rapl_sums_package_and_dram_across_a_wrap(powercap: Path) -> None:
     with power.open_meter({"sources": ["rapl"]}) as meter:
         info = meter.info()
-        assert info["meter"] == "rapl" and info["source"] == str(HARDWARE)
-        names = sorted(z["name"] for z in info["inputs"]["zones"])
+        assert info["meter"] == "rapl" and info["devices"] == ["cpu"]
+        src = source_info(info, "rapl")
+        assert src["source"] == str(HARDWARE) and src["devices"] == ["cpu"]
+        names = sorted(z["name"] for z in src["inputs"]["zones"])
         assert names == ["dram", "package-0"]  # no core (inside package), no mmio duplicate
         with meter.phase("prefill"):
             # the package counter passes max_energy_range_uj (1e9 uJ) and restarts from 0
@@ -31,11 +33,11 @@ def test_rapl_sums_package_and_dram_across_a_wrap(powercap: Path) -> None:
             put(powercap / "intel-rapl:0:2" / "energy_uj", "500000\n")
         with meter.phase("decode"):
             put(powercap / "intel-rapl:0" / "energy_uj", "4000000\n")
-        rep = meter.take()
+        rep = {ph: reading(rec, "rapl") for ph, rec in meter.take().items()}
         assert rep["prefill"]["j"] == pytest.approx(2.0 + 0.5)  # 1 J before the wrap, 1 J after
         assert rep["decode"]["j"] == pytest.approx(3.0)
         m = meter.metrics(n_generated_tokens=4)
-        assert meter.info()["inputs"]["wraps"] == 1
+        assert source_info(meter.info(), "rapl")["inputs"]["wraps"] == 1
     assert m["energy_prefill_j"].value == pytest.approx(2.5)
     assert m["energy_decode_j"].value == pytest.approx(3.0)
     assert m["energy_j"].value == pytest.approx(5.5)
@@ -69,7 +71,7 @@ def test_rapl_short_phase_is_flagged_long_one_resolved(powercap: Path) -> None:
         with meter.phase("decode"):
             time.sleep(0.03)
             put(pkg, "999500000\n")  # 0.5 J
-        rep = meter.take()
+        rep = {ph: reading(rec, "rapl") for ph, rec in meter.take().items()}
         m = meter.metrics(3)
     assert rep["prefill"]["resolved"] is False and rep["decode"]["resolved"] is True
     assert m["energy_prefill_j"].detail["resolved"] is False

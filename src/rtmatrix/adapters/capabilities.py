@@ -15,6 +15,8 @@ Serving        ``server_driver()``           scenario ``serve``
 Placement      ``placement()``               ``evidence.placement`` (fallback outcome)
 Tokenizing     ``tokenize_text(text)``       the tokenizer check of a real model's quality
                                              text (the runtime's ids against the harness's)
+StackReporting ``stack_report(dtype)``       ``evidence.stack``'s backend, kernels and
+                                             effective numerics (verdicts judge what ran)
 =============  ============================  ==============================================
 
 Finer capabilities of a backend or a server driver, asked for the same way:
@@ -42,6 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rtmatrix.adapters.base import Adapter
+from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 
 #: called by the runtime right after each sampled token; True stops the request there
@@ -108,6 +111,19 @@ class Streaming(Protocol):
     def stream_backend(self) -> StreamBackend:
         """The backend over the loaded model (the same object on every call). Raise
         :class:`RuntimeUnavailable` when this build or model cannot stream."""
+        ...
+
+
+@runtime_checkable
+class StackReporting(Protocol):
+    """The runtime's home reports what ran for this cell, typed: the backend, the kernels and
+    the effective numerics (devices, matmul/attention/KV-cache precision, weight layout,
+    activation quantization — each in the runtime's words, with where it was read) and the
+    options that force the requested precision (the numerics control run). Called in the
+    worker after the counted work, from the adapter's own state; a cell's verdict reads it."""
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """What ran, for a cell that asked for ``dtype`` (None: a user's file)."""
         ...
 
 
@@ -462,6 +478,7 @@ CAPABILITIES: dict[type[Any], str] = {
     ServerCounters: "counters(port), slots(port)",
     TokenServer: "complete_tokens(port, prompt, max_tokens, banned, n_probs)",
     EngineGeneration: "engine_generate(prompt, n_gen, banned, on_token)",
+    StackReporting: "stack_report(dtype)",
     ReferenceBenchmark: "reference_benchmark(model_path, params, options) (classmethod)",
     ReferenceQuality: "reference_quality(model_path, base_path, text, n_ctx, params, options) "
     "(classmethod)",

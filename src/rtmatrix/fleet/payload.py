@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from rtmatrix import __version__
+from rtmatrix.doc import PROTOCOL_VERSION, _Doc
 from rtmatrix.matrix import Cell, FixtureEntry
 from rtmatrix.outcome import Expect
-from rtmatrix.protocol import PROTOCOL_VERSION, _Doc
 from rtmatrix.results import SCHEMA_VERSION
 
 

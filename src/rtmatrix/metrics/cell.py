@@ -147,10 +147,15 @@ def memory(
     return out
 
 
-def power(result: WorkerResult | None) -> dict[str, Metric]:
-    """Energy of prefill and decode, power, energy per token, from the worker's meter."""
+def power(
+    result: WorkerResult | None, *, cell_devices: Sequence[str] | None = None
+) -> dict[str, Metric]:
+    """Energy of prefill and decode, power, energy per token, from the worker's meter: only its
+    sources covering a device the cell ran on count. ``cell_devices``: the devices the cell's
+    stack says it ran on (``("cpu",)``, ``("cpu", "gpu")``, ``("cpu", "gpu:0")``); None when not
+    known, then taken as CPU-only (every rtmatrix row runs on the CPU), said in the detail."""
     from rtmatrix.metrics.power import power_metrics
 
     if result is None:
         return power_metrics(None, [])
-    return power_metrics(result.power, [r.to_dict() for r in result.reps])
+    return power_metrics(result.power, [r.to_dict() for r in result.reps], cell_devices)

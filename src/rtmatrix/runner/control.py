@@ -31,7 +31,9 @@ class Control:
     options: dict[str, Any]
     explains: str
     log_pattern: str
-    source: str  # "adapter" (the row's declared control) or "matrix" (crash_control = {...})
+    #: "adapter" (the row's declared control), "matrix" (crash_control = {...}) or "numerics"
+    #: (the options the runtime's home says force the requested precision)
+    source: str
 
     def text(self) -> str:
         return options_text(self.options)
@@ -101,19 +103,7 @@ def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None
     out, c_out = rec["outcome"], ctl["outcome"]
     ok = c_out["status"] == "ok"
     rec["diagnosed"] = ok
-    rec["control"] = {
-        "options": control.options,
-        "source": control.source,
-        "explains": control.explains,
-        "outcome": c_out,
-        "verdict": ctl["verdict"],
-        "parity": ctl["parity"],
-        "metrics": ctl["metrics"],
-        "settings": (ctl.get("evidence") or {}).get("settings"),
-        "wall_s": ctl["wall_s"],
-        "note": "the same cell rerun once with these options; its figures are the control's, "
-        "not the row's, and are not ranked",
-    }
+    rec["control"] = _control_record(control, ctl)
     what = control.explains or control.text()
     said = _named_lines(rec, control.log_pattern)
     log = f"; its log names the path: {' | '.join(s.strip() for s in said)}" if said else ""
@@ -125,6 +115,70 @@ def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None
         tail = (f"the control with {control.text()} ends {c_out['status']} too: not explained "
                 "by that setting")  # fmt: skip
     reason = f"{head}; {tail}"
+    rec["verdict_reason"] = (
+        f"{rec['verdict_reason']}; {reason}" if rec.get("verdict_reason") else reason
+    )
+
+
+def numerics_control_for(cell: Cell, rec: dict[str, Any]) -> Control | None:
+    """The numerics control for a cell expected to run: the options its runtime's home says
+    force the requested precision (``evidence.stack.numerics.control``), when the cell computed
+    below it and its outputs left the requested dtype's tolerance, or its parity failed; None
+    when no home declared such options or the cell already runs with them."""
+    if cell.expect is not Expect.OK or cell.crash_control is False:
+        return None
+    numerics = ((rec.get("evidence") or {}).get("stack") or {}).get("numerics") or {}
+    options = numerics.get("control") if isinstance(numerics, dict) else None
+    if not isinstance(options, dict) or not options:
+        return None
+    if all(cell.options.get(k) == v for k, v in options.items()):
+        return None
+    judged = (rec.get("parity") or {}).get("numerics") or {}
+    outside = bool(judged.get("downgraded")) and judged.get("within_requested_tolerance") is False
+    if not outside and rec["outcome"]["status"] != "wrong-output":
+        return None
+    explains = str(numerics.get("control_explains") or "")
+    return Control(dict(options), explains, "", "numerics")
+
+
+def _control_record(control: Control, ctl: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "options": control.options,
+        "source": control.source,
+        "explains": control.explains,
+        "outcome": ctl["outcome"],
+        "verdict": ctl["verdict"],
+        "parity": ctl["parity"],
+        "metrics": ctl["metrics"],
+        "numerics": ((ctl.get("evidence") or {}).get("stack") or {}).get("numerics"),
+        "settings": (ctl.get("evidence") or {}).get("settings"),
+        "wall_s": ctl["wall_s"],
+        "note": "the same cell rerun once with these options; its figures are the control's, "
+        "not the row's, and are not ranked",
+    }
+
+
+def diagnose_numerics(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None:
+    """Put the numerics control's record into the cell's (``numerics_control``) and say what
+    it shows: the precision the runtime chose, and whether the requested one holds when asked."""
+    judged = (rec.get("parity") or {}).get("numerics") or {}
+    ok = ctl["outcome"]["status"] == "ok"
+    ctl_judged = (ctl.get("parity") or {}).get("numerics") or {}
+    exact = ok and not ctl_judged.get("downgraded")
+    rec["numerics_control"] = _control_record(control, ctl) | {"diagnosed": ok}
+    dtype = str(judged.get("requested") or "the requested dtype")
+    if judged.get("downgraded"):
+        ran = f"{judged.get('judged_as')} by default ({judged.get('reason')})"
+    else:
+        ran = f"{rec['outcome']['status']} with the row's settings"
+    if ok:
+        figs = _figures(ctl)
+        held = dtype if exact else f"judged as {ctl_judged.get('judged_as')}"
+        tail = f"{held} with {control.text()} (control ok{', ' + figs if figs else ''})"
+        reason = f"diagnosed: {ran}; {tail}"
+    else:
+        reason = (f"not diagnosed: {ran}; the control with {control.text()} ends "
+                  f"{ctl['outcome']['status']} too")  # fmt: skip
     rec["verdict_reason"] = (
         f"{rec['verdict_reason']}; {reason}" if rec.get("verdict_reason") else reason
     )

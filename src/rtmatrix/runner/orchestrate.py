@@ -27,7 +27,14 @@ from rtmatrix.protocol import Job, JobParams, WorkerResult, read_log_lines
 from rtmatrix.results import load_run, save_run
 from rtmatrix.runner import process
 from rtmatrix.runner.classify import CellOutcome, classify, not_run
-from rtmatrix.runner.control import control_for, diagnose, log_at_crash, wants_control
+from rtmatrix.runner.control import (
+    control_for,
+    diagnose,
+    diagnose_numerics,
+    log_at_crash,
+    numerics_control_for,
+    wants_control,
+)
 from rtmatrix.runner.pool import pool
 from rtmatrix.runner.record import (
     Finished,
@@ -98,6 +105,7 @@ def make_job(
         quality_text=quality.text if quality else None,
         quality_positions=quality.positions if quality else 0,
         prompt_ids=prompt_ids,
+        dtype=fx.dtype,
         turns=ctx.turns if task == "cell" else None,
     )
 
@@ -255,6 +263,11 @@ def _attempts(
         with tempfile.TemporaryDirectory(prefix="rtmatrix-control-") as tmp:
             fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup, text)
             diagnose(rec, control, cell_record(fin, base, dist))
+    numerics = numerics_control_for(cell, rec)
+    if numerics is not None:  # computed below the requested precision, or parity failed
+        with tempfile.TemporaryDirectory(prefix="rtmatrix-numerics-") as tmp:
+            fin = _supervise(ctx, numerics.cell(cell), fx, Path(tmp), cgroup, text)
+            diagnose_numerics(rec, numerics, cell_record(fin, base, dist))
     if _wants_reference(ctx, cell, rec):
         reference_metrics(rec, *_reference(ctx, cell, fx, _anchor(ctx, cell, rec, text)))
     return rec

@@ -23,6 +23,7 @@ from rtmatrix.metrics import host, package, parity, quality
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading, gated_reading
 from rtmatrix.metrics.quality import QualityPlan
 from rtmatrix.names import M, Scenario
+from rtmatrix.numerics import Judged, judged_as
 from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
 from rtmatrix.protocol import QUALITY_LOGITS, WorkerResult
 from rtmatrix.runner.classify import CellOutcome, refine
@@ -98,7 +99,9 @@ def metrics_for(fin: Finished, distribution: str | None) -> dict[str, dict[str, 
     )
     m |= cell_metrics.throughput(reps)
     m |= cell_metrics.latency(reps)
-    m |= cell_metrics.power(result)
+    stack = result.stack if result else None
+    devices = stack.numerics.devices if stack else None
+    m |= cell_metrics.power(result, cell_devices=devices or None)
     if result is not None and result.scenario is not None:
         from rtmatrix.scenarios import scenario_metrics
 
@@ -150,15 +153,32 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     engine = (result.evidence or {}).get("engine_loop")
     ids_only = f"an engine's own loop ({engine['api']}): ids, no logits" if engine else None
     requant = (result.evidence or {}).get("requantized")
-    judged_as = str(requant["judged_as"]) if requant else fx.dtype
+    judged = numerics_judged(fin)
+    judged_as = str(requant["judged_as"]) if requant else judged.judged_as
     out = parity.compare(
         judged_as, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins, ids_only
     )
+    if judged.downgraded and not requant:  # judged as what ran; also said at what was asked
+        asked = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits,
+                               ref.margins, ids_only)  # fmt: skip
+        out["numerics"] = judged.to_dict() | {
+            "within_requested_tolerance": asked.get("within_tolerance"),
+            "requested_tolerance": asked.get("logit_tolerance"),
+        }
+        out["reference"] += f" ({fx.dtype}); judged as {judged.judged_as}: {judged.reason}"
     if requant:  # the runtime quantized the file's weights itself: judged as that dtype
         out["requantized"] = dict(requant)
         out["reference"] += f" ({fx.dtype}); the runtime re-quantized them: {requant['by']}"
     out["deterministic_across_reps"] = all(r.tokens == reps[0].tokens for r in reps)
     return out
+
+
+def numerics_judged(fin: Finished) -> Judged:
+    """The dtype the cell's outputs are judged as: the requested one, or the lower precision
+    its runtime's home says it computed in (:func:`rtmatrix.numerics.judged_as`)."""
+    dtype = fin.fixture.dtype if fin.fixture and fin.fixture.dtype else ""
+    report = fin.result.stack if fin.result else None
+    return judged_as(dtype, report.numerics if report else None, fin.cell.runtime)
 
 
 def invariance_reference(fin: Finished) -> None:
@@ -195,7 +215,12 @@ def invariance_reference(fin: Finished) -> None:
         return ids, steps
 
     how = "numpy forward pass on the weights as stored in the file, greedy, same ids masked"
-    exact = fx.dtype in parity.EXACT_TOKENS
+    judged = numerics_judged(fin)
+    exact = judged.judged_as in parity.EXACT_TOKENS
+    tol = parity.LOGIT_TOLERANCE.get(judged.judged_as)
+    if judged.downgraded and tol is not None:  # a near-tie is judged at what ran
+        inv["tie_margin"] = max(float(inv.get("tie_margin") or 0.0), tol)
+        inv["numerics"] = judged.to_dict()
     scenario.setdefault("checks", []).extend(invariance.with_reference(inv, generate, exact, how))
 
 
@@ -296,6 +321,7 @@ def stack_for(
     evidence: dict[str, Any],
     outcome: CellOutcome,
     distribution: str | None,
+    result: WorkerResult | None = None,
 ) -> dict[str, Any] | None:
     """``evidence.stack`` (format, runtime, backend, kernels) for a cell that ran; None for a
     cell that never loaded a model (nothing ran on any layer)."""
@@ -304,7 +330,9 @@ def stack_for(
     if outcome.status not in (Status.OK, Status.WRONG_OUTPUT, Status.FALLBACK):
         return None
     draft = record | {"evidence": evidence, "outcome": outcome.to_dict()}
-    return stack.build(draft, {"distribution": distribution})
+    report = result.stack if result else None
+    why = (result.stack_unavailable if result else None) or "the worker sent no stack report"
+    return stack.build(draft, {"distribution": distribution}, report, why)
 
 
 def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
@@ -313,7 +341,9 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     if fin.quality is not None:  # a real model: quantized rows are judged by their KLD
         figures = quality_for(fin, fin.quality)
         fin.metrics |= figures
-        par = parity.judged_by_quality(par, fin.fixture.dtype if fin.fixture else None, figures)
+        judged = (par.get("numerics") or {}).get("judged_as")
+        dtype = judged or (fin.fixture.dtype if fin.fixture else None)
+        par = parity.judged_by_quality(par, dtype, figures)
     invariance_reference(fin)
     sampler_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
@@ -325,7 +355,7 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     busy = contention(fin)
     fin.metrics |= _contention_metrics(busy)
     evidence = _evidence(fin)
-    layers = stack_for(record, evidence, outcome, distribution)
+    layers = stack_for(record, evidence, outcome, distribution, fin.result)
     if layers is not None:
         evidence["stack"] = layers
         kernels = layers["kernels"]
@@ -343,8 +373,12 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         "wall_s": fin.launch.wall_s if fin.launch else 0.0,
         "contended": bool(busy and busy.contended),
     }
-    if j.reason:
-        out["verdict_reason"] = j.reason
+    mark = numerics_mark(numerics_judged(fin), par) if outcome.status is Status.OK else None
+    if mark:  # a downgrade never passes silently as the requested dtype
+        out["numerics_mark"] = mark
+    reason = "; ".join(r for r in (j.reason, mark) if r)
+    if reason:
+        out["verdict_reason"] = reason
     if fin.text is not None:  # a real checkpoint's cell: the report's real-model table
         out["fixture"] = out["fixture"] | {"source": get_spec(fin.text.model).source}
     if fin.text is not None and fin.result is not None and fin.result.reps:
@@ -355,6 +389,17 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
             else "seeded token ids (the text is shorter than prompt_tokens, or text_prompt = false)"
         }
     return out
+
+
+def numerics_mark(judged: Judged, par: dict[str, Any]) -> str | None:
+    """The cell's visible mark when it computed below the requested precision (whatever its
+    scenario: a lifecycle cell's checks are judged at what ran too)."""
+    if not judged.downgraded:
+        return None
+    num = par.get("numerics") or {}
+    at = (f"; outside the {judged.requested} tolerance ({num.get('requested_tolerance')})"
+          if num.get("within_requested_tolerance") is False else "")  # fmt: skip
+    return f"judged as {judged.judged_as}, not {judged.requested}: {judged.reason}{at}"
 
 
 def generated_text(model: str, tokens: list[int]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any
 
+from rtmatrix.metrics.power.devices import Device
 from rtmatrix.outcome import Source
 
 # The kernel's RAPL counter and the NVIDIA driver's counter are hardware energy counters reported
@@ -24,6 +25,8 @@ class EnergySource(ABC):
 
     name: str = ""  # "rapl", "nvml", "external", "modelled"
     source: Source = Source.UNAVAILABLE  # provenance label of the values
+    # what it meters: a cell's energy comes only from sources covering a device the cell ran on
+    devices: tuple[Device, ...] = ()
     resolution_j: float | None = None  # smallest energy step it can show; None = not known
     update_interval_s: float | None = None  # how often the reading changes; None = not known
     sampled: bool = False  # energy integrated from power samples (not a counter)

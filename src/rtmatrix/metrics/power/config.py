@@ -7,15 +7,22 @@ import shlex
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from rtmatrix.metrics.power.devices import METER_KINDS, SYSTEM_KIND, Device, DeviceError
+
 SOURCE_NAMES = ("rapl", "nvml", "external", "modelled")
 RAPL_DOMAINS = ("package", "dram", "psys", "core", "uncore")
 
 # The keys of the matrix's [power] table with their defaults (TOML has no null: "" / 0 mean unset).
 POWER_DEFAULTS: dict[str, Any] = {
-    "sources": list(SOURCE_NAMES),  # order in which sources are tried; omit one to skip it
+    # order in which sources are tried (an earlier one wins a device two would meter); omit one
+    # to skip it
+    "sources": list(SOURCE_NAMES),
     "rapl_domains": ["package", "dram"],  # powercap zones summed (core/uncore are inside package)
     "nvml_devices": [],  # NVML device indices summed; [] = all
     "meter": "",  # external meter command (string, shell-split, or list of args); "" = none
+    # what the external meter measures: ["system"] (the whole machine: a wall or USB meter),
+    # or the devices it is wired to: "cpu", "gpu" (every GPU), "gpu:N"
+    "meter_devices": [SYSTEM_KIND],
     "meter_unit": "J",  # "J": prints cumulative joules; "W": prints watts (sampled)
     "meter_mode": "poll",  # "poll": run per reading; "stream": one long run, a reading per line
     "meter_resolution_j": 0.0,  # the meter's smallest energy step, 0 = not known
@@ -59,6 +66,29 @@ def _names(key: str, val: Any, valid: tuple[str, ...]) -> list[str]:
     return list(val)
 
 
+def _meter_devices(val: Any) -> list[str]:
+    """``[power].meter_devices``: a device or a list of them, each of :data:`METER_KINDS`."""
+    key = "meter_devices"
+    forms = '"system" (the whole machine), "cpu", "gpu" (every GPU) or "gpu:N"'
+    items = [val] if isinstance(val, str) else val
+    if not isinstance(items, list) or not items:
+        _fail(key, f"expected what the external meter measures, a list of {forms}; got {val!r}")
+    devs: list[Device] = []
+    for item in items:
+        try:
+            dev = Device.parse(item)
+        except DeviceError as exc:
+            _fail(key, f"{exc}; expected {forms}")
+        if dev.kind not in METER_KINDS or dev.ref:
+            _fail(key, f"{item!r}: a meter measures {forms}")
+        if dev in devs:
+            _fail(key, f"{item!r} listed twice")
+        devs.append(dev)
+    if len(devs) > 1 and any(d.kind == SYSTEM_KIND for d in devs):
+        _fail(key, '"system" is the whole machine: it stands alone')
+    return [str(d) for d in devs]
+
+
 def normalize_config(table: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Validate a ``[power]`` table and fill in defaults; raises :class:`PowerConfigError`."""
     table = dict(table or {})
@@ -84,6 +114,7 @@ def normalize_config(table: Mapping[str, Any] | None = None) -> dict[str, Any]:
     else:
         _fail("meter", f"expected a command string or list, got {meter!r}")
     cfg["meter"] = argv
+    cfg["meter_devices"] = _meter_devices(cfg["meter_devices"])
     if cfg["meter_unit"] not in ("J", "W"):
         _fail("meter_unit", f'expected "J" or "W", got {cfg["meter_unit"]!r}')
     if cfg["meter_mode"] not in ("poll", "stream"):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtmatrix.metrics.power.base import EXTERNAL, EnergySource, PowerError, SampledPower
+from rtmatrix.metrics.power.devices import parse_devices
 
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -120,6 +121,7 @@ class ExternalEnergy(EnergySource):
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.argv: list[str] = list(cfg["meter"])
+        self.devices = parse_devices(cfg["meter_devices"])  # what the user says it measures
         self.timeout_s = float(cfg["meter_timeout_s"])
         self.mode = str(cfg["meter_mode"])
         self.resolution_j = cfg["meter_resolution_j"] or None
@@ -156,6 +158,7 @@ class ExternalPower(SampledPower):
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         self.argv: list[str] = list(cfg["meter"])
+        self.devices = parse_devices(cfg["meter_devices"])  # what the user says it measures
         self.timeout_s = float(cfg["meter_timeout_s"])
         self.mode = str(cfg["meter_mode"])
         self._stream = _Stream(self.argv, self.timeout_s) if self.mode == "stream" else None

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtmatrix.metrics.power.base import EnergySource
+from rtmatrix.metrics.power.devices import CPU
 from rtmatrix.outcome import Source
 
 MODEL_FORMULA = "tdp_w * process_cpu_s / logical_cpus (= TDP x utilisation x wall time; CPU only)"
@@ -18,6 +19,7 @@ class ModelledSource(EnergySource):
 
     name = "modelled"
     source = Source.MODELLED
+    devices = (CPU,)  # the formula models the CPU only
 
     def __init__(self, tdp_w: float, logical_cpus: int) -> None:
         self.tdp_w = tdp_w

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from rtmatrix.metrics.power.base import HARDWARE, EnergySource, PowerError, SampledPower
+from rtmatrix.metrics.power.devices import GPU_KIND, Device
 
 NVML_RESOLUTION_J = 1e-3  # nvmlDeviceGetTotalEnergyConsumption counts millijoules
 
@@ -38,6 +39,10 @@ class _Nvml:
             self.driver: str | None = _text(nv.nvmlSystemGetDriverVersion())
         except Exception:
             self.driver = None
+        self.devices = tuple(
+            Device(GPU_KIND, i, None, name, "nvidia")
+            for i, name in zip(indices, self.names, strict=True)
+        )
 
     def describe(self) -> dict[str, Any]:
         return {"devices": self.indices, "device_names": self.names, "driver": self.driver}
@@ -54,6 +59,7 @@ class NvmlEnergy(EnergySource):
 
     def __init__(self, dev: _Nvml) -> None:
         self.dev = dev
+        self.devices = dev.devices
         self._lock = threading.Lock()
         self._first = self._total_mj()
 
@@ -83,6 +89,7 @@ class NvmlPower(SampledPower):
 
     def __init__(self, dev: _Nvml, interval_s: float) -> None:
         self.dev = dev
+        self.devices = dev.devices
         super().__init__(interval_s)
 
     def sample_w(self) -> float:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rtmatrix.metrics.power.base import HARDWARE, EnergySource, PowerError
 from rtmatrix.metrics.power.config import RAPL_DOMAINS
+from rtmatrix.metrics.power.devices import CPU
 
 POWERCAP_ROOT = Path("/sys/class/powercap")
 POWERCAP_ENV = "RTMATRIX_POWERCAP_ROOT"
@@ -76,6 +77,7 @@ class RaplSource(EnergySource):
     source = HARDWARE
     resolution_j = RAPL_RESOLUTION_J
     update_interval_s = RAPL_UPDATE_S
+    devices = (CPU,)  # package (and dram) zones of every socket
 
     def __init__(self, root: Path, zones: list[_Zone]) -> None:
         self.root = root

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
 from rtmatrix.fixtures.tflite_export import causal_mask
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.litert.errors import ERROR_PATTERNS
 
 
@@ -260,6 +261,12 @@ class LiteRtAdapter(Adapter):
                 },
             },
         }
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
+        from rtmatrix.runtimes.litert import stack
+
+        return stack.report(self.evidence(), dtype)
 
     def close(self) -> None:
         self._prefill = self._decode = None

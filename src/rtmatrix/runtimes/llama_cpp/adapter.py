@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import ReferenceBudget
+from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
@@ -68,6 +69,37 @@ def extra_buffer_types(options: Mapping[str, Any]) -> bool:
     return value
 
 
+#: KV-cache types llama.cpp's tools accept (``-ctk``/``-ctv``) -> GGML type ids (ggml.h)
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+            "iq4_nl": 20, "bf16": 30}  # fmt: skip
+#: llama.cpp's default KV-cache type (``llama_context_default_params``: GGML_TYPE_F16)
+KV_DEFAULT = "f16"
+
+
+def kv_types(options: Mapping[str, Any]) -> dict[str, str]:
+    """The row's ``type_k`` / ``type_v`` options (llama.cpp's KV-cache types; its tools'
+    ``-ctk``/``-ctv``), only those set; a value llama.cpp does not know is refused."""
+    out = {}
+    for key in ("type_k", "type_v"):
+        if key not in options:
+            continue
+        value = str(options[key]).lower()
+        if value not in KV_TYPES:
+            msg = (f"options.{key} {options[key]!r}: valid: {', '.join(KV_TYPES)} (llama.cpp's "
+                   f"default: {KV_DEFAULT})")  # fmt: skip
+            raise ValueError(msg)
+        out[key] = value
+    return out
+
+
+def kv_args(options: Mapping[str, Any]) -> list[str]:
+    """``-ctk T -ctv T`` for llama.cpp's tools, for the KV types the row sets."""
+    flags = {"type_k": "-ctk", "type_v": "-ctv"}
+    return [x for k, v in kv_types(options).items() for x in (flags[k], v)]
+
+
+#: llama.cpp's KV-cache summary: "llama_kv_cache: size = … K (f16): … MiB, V (f16): … MiB"
+_KV_LINE = re.compile(r"K \((\w+)\):.*?V \((\w+)\):")
 _CONTEXT_LINE = re.compile(r"^llama_context:\s+(\w+)\s+=\s+(\S.*?)\s*$")
 
 
@@ -139,6 +171,7 @@ def load_settings(model_path: Path, params: LoadParams) -> dict[str, Any]:
         "n_gpu_layers": 0,
         "use_mmap": bool(params.options.get("use_mmap", True)),
         "flash_attn": flash_attn_mode(params.options) == "on",
+        **{k: KV_TYPES[v] for k, v in kv_types(params.options).items()},
         "seed": 0,
         "verbose": False,
     }
@@ -166,6 +199,7 @@ class LlamaCppAdapter(Adapter):
         self._log_cb: Any = None
         self._abort_cb: Any = None
         self._settings: dict[str, Any] = {}
+        self._settings_options: dict[str, Any] = {}
         self._fa_mode = "auto"
         self._backend: LlamaCppBackend | None = None
 
@@ -228,7 +262,8 @@ class LlamaCppAdapter(Adapter):
         load = LoadParams(n_ctx=params.n_ctx, threads=params.threads, options=dict(options))
         st = load_settings(model_path, load)
         repack = ["--repack", "1" if extra_buffer_types(options) else "0"]
-        extra = repack + [str(x) for x in options.get("reference_extra_args", [])]
+        extra = repack + kv_args(options)
+        extra += [str(x) for x in options.get("reference_extra_args", [])]
         # PP from an empty cache and TG after the prompt, as the harness measures them: one
         # llama-bench run per phase (-n 0 / -p 0), with the row's own load settings
         runs = {
@@ -279,6 +314,7 @@ class LlamaCppAdapter(Adapter):
                 reftool.find_tools(), base_path, model_path, text, n_ctx=n_ctx,
                 threads=params.threads, flash_attn=flash_attn_mode(options),
                 repack=extra_buffer_types(options), timeout_s=max(120.0, params.repetitions * 60.0),
+                kv=kv_args(options),
             )  # fmt: skip
         except reftool.ToolUnavailable as exc:
             raise RuntimeUnavailable(exc.reason) from exc
@@ -289,6 +325,7 @@ class LlamaCppAdapter(Adapter):
         as a device without a page cache to lean on would), ``flash_attn``,
         ``extra_buffer_types`` (:func:`extra_buffer_types`)."""
         self._settings = load_settings(model_path, params)
+        self._settings_options = dict(params.options)
         self._fa_mode = flash_attn_mode(params.options)
         self._extra_bufts = extra_buffer_types(params.options)
         try:
@@ -633,7 +670,14 @@ class LlamaCppAdapter(Adapter):
                 effective["flash_attn_resolved"] = "enabled" if "enabled" in text else "disabled"
         requested = {k: v for k, v in self._settings.items() if k not in ("model_path", "verbose")}
         buffers = {m.group(1): m.group(2) for _, t in self._log if (m := _BUFFER_LINE.search(t))}
+        kv = next(((m, t) for _, t in self._log if (m := _KV_LINE.search(t))), None)
+        kv_cache = (
+            {"type_k": kv[0].group(1), "type_v": kv[0].group(2), "line": kv[1].strip(),
+             "requested": kv_types(self._settings_options), "llama_cpp_default": KV_DEFAULT}
+            if kv else {"unavailable": "no KV-cache size line in llama.cpp's log"}
+        )  # fmt: skip
         return {
+            "kv_cache": kv_cache,
             "requested": requested
             | {"flash_attn": self._fa_mode, "extra_buffer_types": self._extra_bufts},
             "effective": effective,
@@ -648,6 +692,14 @@ class LlamaCppAdapter(Adapter):
             "threadpool": "OpenMP build: llama.cpp's poll setting does not apply",
             "binding_defaults": BINDING_DEFAULTS,
         }
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting): the model buffers and
+        KV-cache types from llama.cpp's own log lines, the tensor types from the GGUF file."""
+        from rtmatrix.runtimes.llama_cpp import stack
+
+        path = Path(str(self._settings.get("model_path", "")))
+        return stack.report(self.evidence(), dtype, stack.tensor_types(path))
 
     def close(self) -> None:
         self._backend = None

@@ -94,6 +94,7 @@ def kl_divergence(
     flash_attn: str = "auto",
     repack: bool = True,
     timeout_s: float = 600.0,
+    kv: Sequence[str] = (),
 ) -> dict[str, Any]:
     """``model``'s KL divergence from ``base`` over one chunk of ``n_ctx`` ids of ``text``, as
     llama-perplexity computes it: its figures, both command lines and the tool's version."""
@@ -104,7 +105,7 @@ def kl_divergence(
     if BINARY not in build.manifest.get("binaries", {}):
         msg = f"the tool build in {build.root} has no {BINARY} (rebuild the tools)"
         raise ToolUnavailable(msg)
-    common = common_args(n_ctx, threads, flash_attn, repack)
+    common = [*common_args(n_ctx, threads, flash_attn, repack), *kv]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="rtmatrix-ppl-") as tmp:
         text_file, logits = Path(tmp) / "text.txt", Path(tmp) / "base-logits.bin"

@@ -40,6 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.mnn.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.openvino.adapter import special_ids_beside
 
@@ -58,6 +59,7 @@ class MnnAdapter(Adapter):
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
+        self._onnx: Path | None = None
         self._nn: Any = None
         self._expr: Any = None
         self._version = ""
@@ -93,6 +95,7 @@ class MnnAdapter(Adapter):
         from rtmatrix.runtimes.mnn.convert import flags, mnn_file
 
         onnx = model_path / "model.onnx" if model_path.is_dir() else model_path
+        self._onnx = onnx
         opts = dict(params.options)
         precision = str(opts.get("precision", "normal"))
         if precision not in PRECISIONS:
@@ -252,6 +255,13 @@ class MnnAdapter(Adapter):
         with contextlib.suppress(Exception):
             ev["threads_env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}
         return ev
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and what MNN does not say of its numerics (StackReporting)."""
+        from rtmatrix.runtimes.mnn import stack
+
+        size = stack.source_size(self._onnx) if self._onnx is not None else None
+        return stack.report(self.evidence(), dtype, size)
 
     def close(self) -> None:
         self._past = []

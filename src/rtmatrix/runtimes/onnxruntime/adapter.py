@@ -50,6 +50,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.onnxruntime.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.onnxruntime.placement import (
     CPU,
@@ -659,6 +660,12 @@ class OrtAdapter(Adapter):
             "metadata": dict(meta.custom_metadata_map),
             "inputs": {n: [str(i.type), list(i.shape)] for n, i in self._inputs.items()},
         }
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
+        from rtmatrix.runtimes.onnxruntime import stack
+
+        return stack.report(self.evidence(), dtype)
 
     def close(self) -> None:
         self._sess = None

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.onnxruntime.placement import parse_placement_log
 from rtmatrix.runtimes.onnxruntime_genai.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.onnxruntime_genai.stream import OrtGenaiBackend
@@ -384,6 +385,17 @@ class OrtGenaiAdapter(Adapter):
         self._params = None
         self._model = None
         gc.collect()
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend and effective numerics (StackReporting); genai exposes no optimized graph."""
+        from rtmatrix.numerics import unavailable
+        from rtmatrix.runtimes.onnxruntime import stack
+
+        ev = self.evidence()
+        why = unavailable("onnxruntime-genai exposes no optimized graph or kernel record")
+        return StackReport(
+            backend=stack.backend(ev), kernels=why, numerics=stack.numerics(ev, dtype)
+        )
 
     def close(self) -> None:
         self._release()

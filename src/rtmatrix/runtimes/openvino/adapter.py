@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
 
@@ -333,6 +334,12 @@ class OpenVinoAdapter(Adapter):
             "model_serialization": {"available": True, "how": "openvino.save_model(model, path)"},
         }  # fmt: skip
         return ev
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
+        from rtmatrix.runtimes.openvino import stack
+
+        return stack.report(self.evidence(), dtype)
 
     def close(self) -> None:
         self._req = None

@@ -15,7 +15,9 @@ real model's teacher-forced quality figures are ``unavailable`` with that reason
 Settings (``[[runtimes]] options``): ``device`` (``CPU``), ``attention_backend`` (``SDPA``
 here; GenAI's CPU default with an SDPA graph is ``PA``, paged attention), ``kv_cache_precision``
 (``f32`` here; the CPU plugin's default is ``u8``, which changes greedy ids from the first token
-on this fixture), ``performance_hint`` (``LATENCY``), ``properties`` (any other). Threads are the
+on this fixture), ``performance_hint`` (``LATENCY``), ``inference_precision`` (not set: the CPU
+plugin's default, bf16 on a CPU with AVX512_BF16 or AMX; ``f32`` is the numerics control),
+``properties`` (any other). Threads are the
 matrix's (``INFERENCE_NUM_THREADS``). The device's own defaults are read back and recorded beside
 what this row asked for.
 """
@@ -31,6 +33,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.openvino.adapter import special_ids_beside
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.openvino_genai.stream import OvGenaiBackend
@@ -71,6 +74,7 @@ class OvGenaiAdapter(Adapter):
         self._cb: Any = None
         self._cb_settings: dict[str, Any] = {}
         self._cb_options: dict[str, Any] = {}
+        self._kv_asked = False
 
     def import_runtime(self) -> str:
         try:
@@ -91,6 +95,8 @@ class OvGenaiAdapter(Adapter):
             "PERFORMANCE_HINT": str(opts["performance_hint"]),
             "INFERENCE_NUM_THREADS": params.threads,
         }
+        if "inference_precision" in opts:
+            props["INFERENCE_PRECISION_HINT"] = str(opts["inference_precision"])
         return props | {str(k): v for k, v in dict(opts.get("properties", {})).items()}
 
     def load(self, model_path: Path, params: LoadParams) -> None:
@@ -107,6 +113,7 @@ class OvGenaiAdapter(Adapter):
         self._props = self._properties(params)
         self._folder = folder
         self._cb_options = {k: params.options[k] for k in CB_OPTIONS if k in params.options}
+        self._kv_asked = "kv_cache_precision" in params.options
         self._pipe = self._og.LLMPipeline(str(folder), self._device, **self._props)
 
     @property
@@ -226,6 +233,7 @@ class OvGenaiAdapter(Adapter):
             sc.cache_size = int(opts["cb_cache_size_gb"])
             sc.max_num_seqs = int(opts["cb_max_num_seqs"])
             props = {k: v for k, v in self._props.items() if k != "ATTENTION_BACKEND"}
+            note = self._cb_kv_cache(props)
             self._cb = og.ContinuousBatchingPipeline(str(self._folder), sc, self._device, props)
             fields = ("cache_size", "num_kv_blocks", "max_num_batched_tokens", "max_num_seqs",
                       "dynamic_split_fuse", "enable_prefix_caching")  # fmt: skip
@@ -233,8 +241,29 @@ class OvGenaiAdapter(Adapter):
                 "scheduler_config": {f: getattr(sc, f, None) for f in fields},
                 "properties": props,
                 "attention": "paged attention (the pipeline's only backend)",
+                **({"kv_cache_precision_note": note} if note else {}),
             }
         return self._cb
+
+    def _cb_kv_cache(self, props: dict[str, Any]) -> str | None:
+        """The paged-attention pipeline refuses a KV cache of another precision than the
+        inference's ("key_cache_type == bf16" check): where the device computes in bf16 by
+        default and the row's f32 KV cache is its own default (not asked for), the batch
+        pipeline keeps its KV cache in bf16 — said, and reported as what ran."""
+        if "INFERENCE_PRECISION_HINT" in props or self._kv_asked:
+            return None
+        try:
+            default = str(self._ov.Core().get_property(self._device, "INFERENCE_PRECISION_HINT"))
+        except Exception:  # a device without the property: leave the row's setting
+            return None
+        if "bf16" not in default and "bfloat16" not in default:
+            return None
+        props["KV_CACHE_PRECISION"] = "bf16"
+        return (
+            f"bf16: the device computes in {default} by default and "
+            "ContinuousBatchingPipeline requires the KV cache in the inference precision "
+            "(the row's f32 KV cache applies to LLMPipeline)"
+        )
 
     def _greedy_config(self, n_gen: int) -> Any:
         cfg = self._og.GenerationConfig()
@@ -295,6 +324,7 @@ class OvGenaiAdapter(Adapter):
             except Exception as exc:  # a property this device lacks
                 defaults[key] = f"unavailable: {type(exc).__name__}"
         return {
+            "device": self._device,
             "engine_loop": {
                 "api": "openvino_genai.LLMPipeline.generate(ids, GenerationConfig, streamer)",
                 "greedy": "do_sample=False, ignore_eos=True, min/max_new_tokens = gen_tokens",
@@ -309,6 +339,7 @@ class OvGenaiAdapter(Adapter):
                 "graph: PA) and kv_cache_precision f32 (the CPU default u8 changes greedy ids)",
             },
             "conversion": self._convert,
+            **({"batch_pipeline": dict(self._cb_settings)} if self._cb_settings else {}),
             "perf_metrics": dict(self._last_perf),
             "debug_facilities": {
                 "perf_metrics": {
@@ -318,6 +349,13 @@ class OvGenaiAdapter(Adapter):
                 "log_level": {"available": True, "how": "OPENVINO_LOG_LEVEL / LOG_LEVEL"},
             },
         }
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Devices and effective numerics (StackReporting): what the pipeline was asked for,
+        else the device's default (GenAI exposes no compiled-model properties)."""
+        from rtmatrix.runtimes.openvino_genai import stack
+
+        return stack.report(self.evidence(), dtype)
 
     def close(self) -> None:
         if self._backend is not None:

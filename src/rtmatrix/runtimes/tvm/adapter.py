@@ -48,6 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.tvm.errors import ERROR_PATTERNS
 
 MODES = ("aot", "jit")
@@ -471,6 +472,12 @@ class TvmAdapter(Adapter):
             },
             "binding_defaults": BINDING_DEFAULTS,
         }
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
+        from rtmatrix.runtimes.tvm import stack
+
+        return stack.report(self.evidence(), dtype)
 
     def close(self) -> None:
         self._vm = None

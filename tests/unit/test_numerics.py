@@ -1,0 +1,75 @@
+"""Effective numerics (``rtmatrix.numerics``): precision words, what a cell is judged as, and
+both branches end to end with small fake adapters in real worker processes — one that computes
+in bf16 and says so (judged as bf16, marked, control run diagnosed), one that computes in bf16
+and claims f32 (wrong output: a verdict is never loosened without the runtime's word)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rtmatrix.numerics import Fact, Numerics, StackReport, judged_as, precision
+from tests.unit.test_runner import by_runtime, matrix_text, run
+
+FIXTURES = "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
+
+
+@pytest.mark.parametrize(
+    ("word", "want"),
+    [("bfloat16", "bf16"), ("<Type: 'bfloat16'>", "bf16"), ("f32", "f32"), ("FP16", "f16"),
+     ("u8", "u8"), ("q8_0", "i8"), ("dynamic", None)],
+)  # fmt: skip
+def test_a_runtimes_precision_words_are_named_one_way(word: str, want: str | None) -> None:
+    assert precision(word) == want
+
+
+def _num(matmul: str | None = None, kv: str | None = None, host: bool = True) -> Numerics:
+    def fact(v: str | None) -> Fact | None:
+        return Fact(v, f"said {v}", "here", default=host, host_dependent=host) if v else None
+
+    return Numerics(devices=["cpu"], matmul=fact(matmul), kv_cache=fact(kv))
+
+
+def test_a_float_cell_is_judged_as_the_lowest_precision_that_ran() -> None:
+    assert not judged_as("f32", None).downgraded
+    assert not judged_as("f32", _num("f32", "f32")).downgraded
+    j = judged_as("f32", _num("bf16"), "openvino")
+    assert j.judged_as == "bf16" and "openvino computed the matmuls in bf16" in str(j.reason)
+    assert "its default on this host" in str(j.reason)
+    assert judged_as("f32", _num("f32", "f16", host=False)).judged_as == "f16"
+    assert judged_as("f32", _num("f32", "u8")).judged_as == "kv-q8"
+    assert judged_as("f32", _num("f16", "bf16")).judged_as == "bf16"
+    assert judged_as("f16", _num("f16", "f16")).judged_as == "f16"
+    assert not judged_as("q8_0", _num("bf16")).downgraded  # a quantized file has its own
+
+
+def test_the_report_survives_the_protocol_round_trip() -> None:
+    rep = StackReport(backend={"a": 1}, kernels={}, numerics=_num("bf16", "f16"))
+    back = StackReport.from_dict(rep.to_dict())
+    assert back == rep and back.numerics.host_changed() == ["matmul: said bf16",
+                                                            "kv_cache: said f16"]  # fmt: skip
+
+
+def test_bf16_said_is_judged_as_bf16_marked_and_diagnosed_by_a_control(
+    tmp_path: Path, repo: Path
+) -> None:
+    cell = by_runtime(run(tmp_path, repo, matrix_text("Bf16Adapter", fixtures=FIXTURES)))["bf16adapter"]  # fmt: skip
+    par = cell["parity"]
+    assert cell["outcome"]["status"] == "ok" and cell["verdict"] == "PASS"
+    assert par["numerics"]["judged_as"] == "bf16" and par["logit_tolerance"] == 0.25
+    assert par["numerics"]["within_requested_tolerance"] is False  # 8 bits, not f32's
+    assert "judged as bf16, not f32" in cell["numerics_mark"]
+    assert cell["evidence"]["stack"]["numerics"]["host_changed"] == ["matmul: PRECISION = bf16"]
+    ctl = cell["numerics_control"]
+    assert ctl["options"] == {"precision": "f32"} and ctl["diagnosed"]
+    assert ctl["outcome"]["status"] == "ok" and "numerics" not in ctl["parity"]
+    assert "diagnosed: bf16 by default" in cell["verdict_reason"]
+    assert "f32 with precision=f32 (control ok" in cell["verdict_reason"]
+
+
+def test_bf16_computed_but_f32_claimed_is_wrong_output(tmp_path: Path, repo: Path) -> None:
+    text = matrix_text("SilentBf16Adapter", fixtures=FIXTURES)
+    cell = by_runtime(run(tmp_path, repo, text))["silentbf16adapter"]
+    assert cell["outcome"]["status"] == "wrong-output" and cell["verdict"] == "FAIL"
+    assert "numerics" not in cell["parity"] and "numerics_control" not in cell
