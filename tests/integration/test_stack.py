@@ -1,4 +1,4 @@
-"""``evidence.stack`` from real runtimes: four layers on every ok cell, a kernel-level fallback
+"""``evidence.stack`` from real runtimes: four layers and the numerics on every ok cell, a kernel-level fallback
 found where ONNX Runtime dequantizes weights at run time, and a kernel choice changed by a
 setting (ONNX Runtime's graph optimization level) named first when the two cells are compared."""
 
@@ -47,9 +47,10 @@ def cell(run: dict[str, Any], runtime: str, dtype: str) -> CellRecord:
 def test_every_cell_that_ran_has_four_layers(stack_run: dict[str, Any]) -> None:
     for c in stack_run["cells"]:
         st = c["evidence"]["stack"]
-        assert set(st) == {"format", "runtime", "backend", "kernels"}, c["key"]
+        assert set(st) == {"format", "runtime", "backend", "kernels", "numerics"}, c["key"]
         assert st["format"]["container"] == "ONNX" and st["runtime"]["version"]
         assert "CPUExecutionProvider" in st["kernels"]["matmul_kernels"], st["kernels"]
+        assert st["numerics"]["devices"] == ["cpu"], st["numerics"]  # from ORT's own home
 
 
 def test_weights_dequantized_at_run_time_are_a_kernel_level_fallback(

@@ -16,7 +16,14 @@ LAYERS = (
     ("runtime", "the distribution and version that read it"),
     ("backend", "where the work went (device, provider, delegate) and what it says of the ISA"),
     ("kernels", "what computed the matmuls, per op or tensor type, as the runtime reports it"),
+    (
+        "numerics",
+        "the effective numerics: devices, matmul / attention / KV-cache precision, "
+        "weight layout, activation quantization, each as the runtime said it (hover)",
+    ),
 )
+#: the numerics facts, in the order they are shown
+FACTS = ("matmul", "attention", "kv_cache", "weight_layout", "activation_quantization")
 
 
 def _short(layer: str, data: dict[str, Any]) -> str:
@@ -34,6 +41,14 @@ def _short(layer: str, data: dict[str, Any]) -> str:
         return "; ".join(bits)
     if layer == "runtime":
         return f"{data.get('distribution') or data.get('row')} {data.get('version') or ''}".strip()
+    if layer == "numerics":
+        bits = [f"on {', '.join(data.get('devices') or ['?'])}"]
+        for k in FACTS:
+            fact = as_dict(data.get(k))
+            if fact:
+                mark = " (host default)" if fact.get("host_dependent") else ""
+                bits.append(f"{k.replace('_', ' ')} {fact.get('value')}{mark}")
+        return "; ".join(bits)
     if layer == "backend":
         for k in ("used", "device", "resolver", "mcpu", "asked", "said"):
             if data.get(k):
@@ -56,6 +71,9 @@ def _item(cell: CellRecord, layer: str) -> Item | None:
     if layer == "kernels" and data.get("fallback"):
         text = f"kernel-level fallback: {data.get('fallback_reason')}"
         css = "v-FAIL"
+    if layer == "numerics" and cell.get("numerics_mark"):
+        text = f"{text} — {cell.get('numerics_mark')}"
+        css = "v-WARN"
     title = json.dumps(data, indent=1, default=str)[:2000]
     value = Value(text, "", title, None, css)
     return Item(cell_label(cell, []), (Part("", value),))
@@ -76,7 +94,23 @@ def rows(cols: list[Column], notes: Notes) -> list[Row]:
         out.append(Row(layer, help_, entries))
     out.append(Row("specialized kernels for", "the matmul kernels named across its cells",
                    [specialized(col) for col in cols]))  # fmt: skip
+    help_ = ("the runtime's defaults that depend on the host (bf16 compute, u8 KV cache, dynamic "
+             "quantization, AMX / CPU_REPACK weight repacking), as its cells recorded them")
+    out.append(Row("what this host changed", help_, [host_changed(col) for col in cols]))
     return out
+
+
+def host_changed(col: Column) -> list[Item]:
+    """One line per row: the host-dependent defaults its cells ran with."""
+    seen: dict[str, int] = {}
+    for _, c in col.cells:
+        num = as_dict(as_dict(as_dict(c.get("evidence")).get("stack")).get("numerics"))
+        for line in num.get("host_changed") or []:
+            seen[str(line)] = seen.get(str(line), 0) + 1
+    if not seen:
+        return [Item("", (Part("", Value("nothing recorded as host-dependent", "")),))]
+    text = "; ".join(f"{line} ({n} cell{'s' if n > 1 else ''})" for line, n in seen.items())
+    return [Item("", (Part("", Value(text[:600], "", text, None, "v-WARN")),))]
 
 
 def specialized(col: Column) -> list[Item]:

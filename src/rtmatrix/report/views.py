@@ -763,6 +763,16 @@ def _quant(col: Column, notes: Notes) -> list[Item]:
 def _dtype_settings(cells: list[CellRecord], row_opts: str) -> Value:
     """What one dtype of a row needed on this host: its row's settings, or a control's."""
     statuses = [str(c["outcome"]["status"]) for c in cells]
+    numerics = [c for c in cells if c.get("numerics_control")]
+    if numerics:  # the precision the host chose by default, and what forced the requested one
+        ctl = as_dict(numerics[0].get("numerics_control"))
+        opts = options_text(as_dict(ctl.get("options")))
+        title = str(numerics[0].get("verdict_reason") or "")
+        held = "holds" if ctl.get("diagnosed") else "does not help"
+        default = numerics[0].get("numerics_mark") or "parity failed"
+        text = f"{opts} for the requested precision ({held}; default: {default})"[:220]
+        css = "v-WARN" if ctl.get("diagnosed") else "v-FAIL"
+        return Value(text, "matrix", title, None, css)
     controls = [c for c in cells if c.get("control")]
     rescued = [c for c in controls if c.get("diagnosed")]
     as_set = f"as configured ({row_opts})" if row_opts else "defaults"
@@ -1057,7 +1067,9 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     (
         "settings needed",
         "per dtype: ran with the row's settings, or needed a control setting on this host "
-        "(a crash rerun with the row's crash_control: e.g. llama.cpp's extra_buffer_types=false)",
+        "(a crash rerun with the row's crash_control: e.g. llama.cpp's extra_buffer_types=false; "
+        "a numerics control: e.g. OpenVINO's inference_precision=f32 where it computes in bf16 "
+        "by default)",
         _settings_needed,
     ),
     (

@@ -122,6 +122,10 @@ class CellRecord(TypedDict):
     control: NotRequired[dict[str, Any]]
     generated_text: NotRequired[dict[str, Any]]
     diagnosed: NotRequired[bool]
+    #: the cell computed below its requested precision: judged as what ran, said in words
+    numerics_mark: NotRequired[str]
+    #: the numerics control run (the options that force the requested precision) and its record
+    numerics_control: NotRequired[dict[str, Any]]
     verdict_reason: NotRequired[str]
     expect_kind: NotRequired[list[str]]
     attempts: NotRequired[dict[str, Any]]
