@@ -84,7 +84,7 @@ def _kv(settings: dict[str, Any]) -> Fact | None:
     k, v = str(kv["type_k"]), str(kv["type_v"])
     worst = max((precision(k) or "f32", precision(v) or "f32"), key=PRECISION_ORDER.index)
     asked = kv.get("requested") or {}
-    return Fact(worst, f"K ({k}), V ({v}): {kv.get('line', '')}".strip(), _LOG,
+    return Fact(worst, f"K ({k}), V ({v})", f"{_LOG}: {kv.get('line', '')}".strip(),
                 default=not asked)  # fmt: skip
 
 
@@ -123,6 +123,11 @@ def numerics(ev: dict[str, Any], dtype: str | None, types: dict[str, int]) -> Nu
         matmul = Fact(p or big.lower(), f"{big} weights (×{types[big]} tensors) through the "
                       "ggml CPU backend", "the GGUF file's tensor types")  # fmt: skip
     kv = _kv(settings)
+    act = None
+    if big is not None and (big.startswith("Q") or big.startswith("IQ")):
+        said = (f"{big} weights: ggml's CPU dot products quantize the activations to Q8_0/Q8_K "
+                "blocks (the type's vec_dot_type)")
+        act = Fact("i8", said, "ggml CPU backend type traits")
     control = dict(F32_KV_CONTROL) if dtype == "f32" and kv is not None and \
         kv.value != "f32" else {}  # fmt: skip
     return Numerics(
@@ -131,6 +136,7 @@ def numerics(ev: dict[str, Any], dtype: str | None, types: dict[str, int]) -> Nu
         attention=_attention(settings),
         kv_cache=kv,
         weight_layout=_layout(settings),
+        activation_quantization=act,
         control=control,
         control_explains=F32_KV_EXPLAINS if control else "",
         unavailable=None if kv else "llama.cpp's log had no KV-cache line",
