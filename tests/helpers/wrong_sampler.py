@@ -1,11 +1,14 @@
 """Third-party-style adapters whose sampler is written in numpy over a real runtime's logits
 (ONNX Runtime, the harness's own KV loop): one right, one that applies the temperature after
-top-p while documenting it before, one that ignores the seed. The ``sample`` scenario must pass
-the first and catch the other two. Loaded by the worker through ``module:Class`` strings."""
+top-p while documenting it before, one that ignores the seed, one that ignores top-k and one
+that ignores the repetition penalty. The ``sample`` scenario must pass the first and catch the
+others (the last two where ``power_against_ignored`` says the parameters let it). Loaded by the
+worker through ``module:Class`` strings."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,11 +35,17 @@ class NumpySampler(OrtAdapter):
         self.prefill(list(prompt))
         out: list[int] = []
         for _ in range(n_gen):
-            prob = distribution(self.last_logits(), p, ORDERS[self.applied], [*prompt, *out])
+            prob = distribution(
+                self.last_logits(), self.effective(p), ORDERS[self.applied], [*prompt, *out]
+            )
             out.append(int(rng.choice(len(prob), p=prob)))
             if len(out) < n_gen:
                 self.decode(out[-1])
         return out
+
+    def effective(self, p: Params) -> Params:
+        """The parameters this sampler actually applies."""
+        return p
 
 
 class TemperatureAfterTopP(NumpySampler):
@@ -49,3 +58,17 @@ class IgnoresTheSeed(NumpySampler):
     """Draws from fresh OS entropy whatever the seed."""
 
     seeded: ClassVar[bool] = False
+
+
+class IgnoresTopK(NumpySampler):
+    """Takes top_k and draws as if it were off."""
+
+    def effective(self, p: Params) -> Params:
+        return replace(p, top_k=0)
+
+
+class IgnoresThePenalty(NumpySampler):
+    """Takes repeat_penalty and draws as if it were 1."""
+
+    def effective(self, p: Params) -> Params:
+        return replace(p, repeat_penalty=1.0)

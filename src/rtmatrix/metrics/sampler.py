@@ -1,6 +1,8 @@
-"""A runtime's sampler, rebuilt in numpy from the reference's logits: the candidate set and the
-distribution each documented order of the stages gives, and a goodness-of-fit test of a
-runtime's draws against them (``scipy.stats``). Pure functions; nothing here imports a runtime.
+"""A runtime's sampler, rebuilt in numpy from a model's logits (the reference's, or for a quantized
+cell the runtime's own): the candidate set and the distribution each documented order of the
+stages gives, and a goodness-of-fit test of a runtime's draws against them whose p-value is
+simulated (a Monte-Carlo exact multinomial test, so it holds at any expected count per bin; the
+chi-square approximation's p is kept beside it). Pure functions; nothing here imports a runtime.
 
 A stage is one of ``penalties`` (repetition penalty on the ids already in the sequence, as
 llama.cpp applies it: a positive logit divided by the penalty, a negative one multiplied),
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,17 @@ ORDERS: dict[str, tuple[str, ...]] = {
 NEG = -np.inf
 #: how far (in logits) from a truncation's cut an id may be and still count as on either side
 BOUNDARY_TOL = 0.05
+#: the goodness-of-fit test's p-value is simulated (Monte Carlo) from this many multinomial
+#: samples of the draws' size: its resolution is 1 / (MC_SIMULATIONS + 1)
+MC_SIMULATIONS = 4000
+MC_SEED = 0x5A3D1E
+MC_METHOD = "monte-carlo"
+#: the power against every other order at which the draws can tell the orders apart; below it,
+#: an order fit by several is "undecided" for want of power, not by chance
+POWER_TO_DECIDE = 0.8
+#: each parameter's value that turns its stage off: a sampler that ignores the parameter draws
+#: from the documented order with it so (``judge_order``'s ``power_against_ignored``)
+NEUTRAL: dict[str, float] = {"top_k": 0, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0}
 
 
 @dataclass(frozen=True)
@@ -136,7 +150,9 @@ def distribution(
 
 @dataclass(frozen=True)
 class Fit:
-    """How draws fit one order's distribution."""
+    """How draws fit one order's distribution. ``p_value`` is the Monte-Carlo one (exact up to
+    the simulation: ``(1 + #{simulated statistic >= observed}) / (simulations + 1)``, valid at
+    any expected count per bin); ``p_asymptotic`` the chi-square approximation's, for comparison."""
 
     order: str
     support: int  # ids with probability > 0
@@ -144,17 +160,23 @@ class Fit:
     chi2: float | None
     dof: int
     p_value: float  # 0 when any draw lies outside the support
+    p_asymptotic: float | None = None
+    simulations: int = 0
+    method: str = MC_METHOD
 
     def to_dict(self) -> dict[str, Any]:
         return {"order": self.order, "support": self.support, "outside": self.outside,
-                "chi2": self.chi2, "dof": self.dof, "p_value": self.p_value}  # fmt: skip
+                "chi2": self.chi2, "dof": self.dof, "p_value": self.p_value,
+                "p_asymptotic": self.p_asymptotic, "simulations": self.simulations,
+                "method": self.method}  # fmt: skip
 
 
 def _bins(prob: NDArray[np.float64], min_expected: float, n: int) -> list[NDArray[np.intp]]:
     """Ids grouped, most probable first, into consecutive bins that each expect at least
-    ``min_expected`` of ``n`` draws (the chi-square approximation needs it; a short last bin
-    joins the one before). Rank order keeps the tail apart from the head: a sampler that
-    truncates more than the distribution says leaves the tail's bins empty."""
+    ``min_expected`` of ``n`` draws (a short last bin joins the one before). Rank order keeps
+    the tail apart from the head: a sampler that truncates more than the distribution says
+    leaves the tail's bins empty. The p-value is simulated, so the bins need not make the
+    chi-square approximation hold; they keep the statistic's power on the head and tail."""
     ids = np.flatnonzero(prob > 0)
     ids = ids[np.argsort(-prob[ids], kind="stable")]
     bins: list[NDArray[np.intp]] = []
@@ -174,24 +196,76 @@ def _bins(prob: NDArray[np.float64], min_expected: float, n: int) -> list[NDArra
     return bins
 
 
+def _bin_probs(prob: NDArray[np.float64], bins: Sequence[NDArray[np.intp]]) -> NDArray[np.float64]:
+    p0 = np.array([float(prob[b].sum()) for b in bins], dtype=np.float64)
+    return np.asarray(p0 / p0.sum(), dtype=np.float64)
+
+
+def _pearson(obs: NDArray[Any], exp: NDArray[np.float64]) -> NDArray[np.float64]:
+    return np.asarray(((obs - exp) ** 2 / exp).sum(axis=-1), dtype=np.float64)
+
+
+@lru_cache(maxsize=256)
+def _null(p0_key: bytes, n: int, simulations: int) -> NDArray[np.float64]:
+    """The Pearson statistic of ``simulations`` multinomial samples of ``n`` draws over bins
+    with probabilities ``p0`` (bytes of a float64 array), sorted: its null distribution."""
+    p0 = np.frombuffer(p0_key, dtype=np.float64)
+    rng = np.random.default_rng([MC_SEED, n, simulations, len(p0)])
+    sims = rng.multinomial(n, p0, size=simulations)
+    out = np.sort(_pearson(sims, n * p0))
+    out.flags.writeable = False
+    return out
+
+
+def _mc_p(null: NDArray[np.float64], stat: NDArray[np.float64] | float) -> NDArray[np.float64]:
+    """``(1 + #{null >= stat}) / (len(null) + 1)``, ties (to rounding) counted as >=."""
+    s = np.asarray(stat, dtype=np.float64)
+    below = np.searchsorted(null, s - 1e-9 * np.maximum(1.0, np.abs(s)), side="left")
+    return np.asarray((1 + len(null) - below) / (len(null) + 1), dtype=np.float64)
+
+
 def fit(
-    counts: NDArray[np.int64], prob: NDArray[np.float64], order: str, min_expected: float = 5.0
+    counts: NDArray[np.int64],
+    prob: NDArray[np.float64],
+    order: str,
+    min_expected: float = 5.0,
+    simulations: int = MC_SIMULATIONS,
 ) -> Fit:
-    """Chi-square goodness of fit of first-token ``counts`` (per id) to ``prob``."""
+    """Goodness of fit of first-token ``counts`` (per id) to ``prob``: a draw outside the
+    support is p = 0; else Pearson's statistic over rank-ordered bins (:func:`_bins`), its
+    p-value simulated from ``simulations`` multinomial samples of the same size (a Monte-Carlo
+    exact test: the documented distribution is rejected in at most ``alpha`` of trials whatever
+    the counts per bin; ``tests/unit/test_sampler.py`` and ``benchmarks/sampler_calibration.py``
+    check it by simulation)."""
     from scipy import stats
 
     n = int(counts.sum())
     outside = int(counts[prob <= 0].sum())
     support = int((prob > 0).sum())
     if outside:
-        return Fit(order, support, outside, None, 0, 0.0)
+        return Fit(order, support, outside, None, 0, 0.0, None, 0, "outside the support")
     bins = _bins(prob, min_expected, n)
-    if len(bins) < 2:  # one bin: the draws cannot disagree with it
-        return Fit(order, support, 0, 0.0, 0, 1.0)
+    if len(bins) < 2 or n == 0:  # one bin: the draws cannot disagree with it
+        return Fit(order, support, 0, 0.0, 0, 1.0, 1.0, 0, "one bin")
+    p0 = _bin_probs(prob, bins)
     obs = np.array([counts[b].sum() for b in bins], dtype=np.float64)
-    exp = np.array([prob[b].sum() for b in bins]) * n
-    res = stats.chisquare(obs, exp * obs.sum() / exp.sum())
-    return Fit(order, support, 0, float(res.statistic), len(bins) - 1, float(res.pvalue))
+    stat = float(_pearson(obs, n * p0))
+    dof = len(bins) - 1
+    p_mc = float(_mc_p(_null(p0.tobytes(), n, simulations), stat))
+    p_asym = float(stats.chi2.sf(stat, dof))
+    return Fit(order, support, 0, stat, dof, p_mc, p_asym, simulations)
+
+
+@lru_cache(maxsize=256)
+def _power(p1_key: bytes, p0_key: bytes, n: int, alpha: float, simulations: int) -> float:
+    p1 = np.frombuffer(p1_key, dtype=np.float64)  # the bins' true mass, then the outside's
+    p0 = np.frombuffer(p0_key, dtype=np.float64)
+    null = _null(p0_key, n, simulations)
+    rng = np.random.default_rng([MC_SEED + 1, n, simulations, len(p0)])
+    sims = rng.multinomial(n, p1, size=simulations)
+    out = sims[:, -1] > 0
+    rejected = out | (_mc_p(null, _pearson(sims[:, :-1], n * p0)) < alpha)
+    return float(rejected.mean())
 
 
 def power(
@@ -200,27 +274,26 @@ def power(
     n: int,
     alpha: float,
     min_expected: float = 5.0,
+    simulations: int = MC_SIMULATIONS,
 ) -> float:
-    """The chance that ``n`` draws from ``true_prob`` reject ``alt_prob`` at ``alpha``: 1 minus
-    the chance that no draw leaves ``alt``'s support and the chi-square does not reject
-    (noncentral chi-square with the binned noncentrality)."""
-    from scipy import stats
-
+    """The chance that ``n`` draws from ``true_prob`` reject ``alt_prob`` at ``alpha`` with
+    :func:`fit`'s test (a draw outside ``alt``'s support, or the simulated p-value below
+    ``alpha``), itself estimated from ``simulations`` samples of ``n`` draws."""
+    true_prob = np.asarray(true_prob, dtype=np.float64)
     outside = float(true_prob[alt_prob <= 0].sum())
-    stay = (1.0 - outside) ** n
     bins = _bins(alt_prob, min_expected, n)
-    if len(bins) < 2:
-        return 1.0 - stay
-    inside = true_prob.copy()
-    inside[alt_prob <= 0] = 0.0
-    inside = inside / inside.sum() if inside.sum() > 0 else inside
-    p1 = np.array([inside[b].sum() for b in bins])
-    p0 = np.array([alt_prob[b].sum() for b in bins])
-    ncp = n * float(((p1 - p0) ** 2 / p0).sum())
-    dof = len(bins) - 1
-    crit = float(stats.chi2.ppf(1.0 - alpha, dof))
-    miss = float(stats.ncx2.cdf(crit, dof, ncp)) if ncp > 0 else 1.0 - alpha
-    return 1.0 - stay * miss
+    if len(bins) < 2 or n == 0:
+        return 1.0 - (1.0 - min(1.0, outside)) ** n
+    p0 = _bin_probs(alt_prob, bins)
+    p1 = np.array([*(float(true_prob[b].sum()) for b in bins), outside], dtype=np.float64)
+    p1 = np.clip(p1, 0.0, None)
+    p1 = p1 / p1.sum()
+    return _power(p1.tobytes(), p0.tobytes(), n, float(alpha), simulations)
+
+
+def total_variation(a: NDArray[np.float64], b: NDArray[np.float64]) -> float:
+    """Half the L1 distance of two distributions: 0 the same, 1 disjoint."""
+    return float(0.5 * np.abs(np.asarray(a) - np.asarray(b)).sum())
 
 
 def judge_order(
@@ -233,10 +306,20 @@ def judge_order(
     tol: float = BOUNDARY_TOL,
 ) -> dict[str, Any]:
     """Every known order's fit to the draws; the order found (the one the draws fit while every
-    other is rejected at ``alpha``, else ``undecided``) against the documented one; the test's
-    power to tell the documented order from each other at this ``n``. The ids within ``tol``
-    of an order's cut (on either side: a runtime's rounding may put them on the other) are left
-    out of its fit and counted apart (``at_cut_boundary``); a draw beyond them is outside."""
+    other is rejected at ``alpha``; ``undecided`` when several fit, ``none`` when none does)
+    against the documented one; the test's power to tell the documented order from each other
+    at this ``n`` and the distance between them (``decidable``: power >= ``POWER_TO_DECIDE``
+    against every other order); the chance that the test catches a sampler that ignores each
+    parameter set (``power_against_ignored``: draws from the documented order with that stage
+    off; a low figure says such a sampler would pass unseen). The ids within ``tol`` of an
+    order's cut (on either side: a runtime's rounding may put them on the other) are left out
+    of its fit and counted apart (``at_cut_boundary``); a draw beyond them is outside.
+
+    ``verdict``: ``fail`` when the documented order is rejected (p < ``alpha``: a calibrated
+    test rejects the right distribution in at most ``alpha`` of runs), ``pass`` when it fits
+    and every other order is rejected, ``undecided`` when it fits and so does another: with
+    these parameters and draws the orders cannot be told apart — said as such, not a
+    failure."""
     n = int(counts.sum())
     raw = np.asarray(logits, dtype=np.float64)
     probs = {name: distribution(logits, p, order, history) for name, order in ORDERS.items()}
@@ -254,21 +337,72 @@ def judge_order(
         fits[name] = fit(inside, core, name)
     fitting = [k for k, f in fits.items() if f.p_value >= alpha]
     found = fitting[0] if len(fitting) == 1 else ("none" if not fitting else "undecided")
+    known = documented in probs
     pw = {
         other: round(power(probs[documented], probs[other], n, alpha), 4)
         for other in probs
-        if other != documented and documented in probs
+        if other != documented and known
     }
+    tv = {
+        other: round(total_variation(probs[documented], probs[other]), 4)
+        for other in probs
+        if other != documented and known
+    }
+    ignored: dict[str, float] = {}
+    for name, off in NEUTRAL.items() if known else ():
+        if getattr(p, name) != off:
+            without = Params.from_options(p.to_dict() | {name: off})
+            wrong = distribution(logits, without, ORDERS[documented], history)
+            if total_variation(wrong, probs[documented]) > 0:
+                ignored[name] = round(power(wrong, probs[documented], n, alpha), 4)
+    doc_fit = fits.get(documented)
+    verdict = None
+    if doc_fit is not None:
+        verdict = (
+            "fail" if doc_fit.p_value < alpha else "pass" if found == documented else "undecided"
+        )
     return {
         "draws": n,
         "alpha": alpha,
         "documented": documented,
         "found": found,
+        "verdict": verdict,
+        "decidable": bool(pw) and min(pw.values()) >= POWER_TO_DECIDE,
         "fits": {k: f.to_dict() for k, f in fits.items()},
         "power_against": pw,
-        "candidates_documented": int((probs[documented] > 0).sum())
-        if documented in probs
-        else None,
+        "distance_tv": tv,
+        "power_against_ignored": ignored,
+        "candidates_documented": int((probs[documented] > 0).sum()) if known else None,
         "boundary_tol_logit": tol,
         "at_cut_boundary": {k: int(counts[band[k]].sum()) for k in probs},
+        "test": f"Pearson statistic over rank-ordered bins (>= 5 expected draws each), p-value "
+        f"from {MC_SIMULATIONS} simulated multinomial samples of the same size",
     }
+
+
+def simulate_verdicts(
+    logits: NDArray[np.floating[Any]],
+    p: Params,
+    documented: str,
+    draw_prob: NDArray[np.float64],
+    seeds: Sequence[int],
+    n: int,
+    alpha: float,
+    history: Sequence[int] = (),
+) -> dict[str, int]:
+    """:func:`judge_order`'s verdicts on ``n`` draws from ``draw_prob``, one sample per seed:
+    with the documented order's own distribution, ``fail`` is the false-rejection count (at most
+    ``alpha`` of the seeds for a calibrated test); with a wrong sampler's, the catches. Also
+    ``asymptotic_rejects``: how often the chi-square approximation's p would have rejected the
+    documented order (for comparison)."""
+    out = {"pass": 0, "fail": 0, "undecided": 0, "asymptotic_rejects": 0}
+    prob = np.asarray(draw_prob, dtype=np.float64)
+    prob = prob / prob.sum()
+    for seed in seeds:
+        ids = np.random.default_rng(seed).choice(len(prob), size=n, p=prob)
+        counts = np.bincount(ids, minlength=len(prob)).astype(np.int64)
+        got = judge_order(counts, logits, p, documented, alpha, history)
+        out[str(got["verdict"])] += 1
+        p_asym = got["fits"][documented]["p_asymptotic"]
+        out["asymptotic_rejects"] += int(p_asym is None or p_asym < alpha)
+    return out

@@ -14,13 +14,25 @@ capability, the worker checks:
    stage order from the numpy reference's logits (:mod:`rtmatrix.metrics.sampler`) and judges
    support, goodness of fit and which order the runtime applied (:func:`with_reference`).
 
+A quantized cell (a dtype outside ``rtmatrix.metrics.parity.EXACT_TOKENS``) computes other
+logits than the reference's: the worker also records the runtime's own logits after the prompt
+(``runtime_logits``, where the adapter's ``prefill``/``last_logits`` give them), and the parent
+judges the draws against those; without them, the support and order checks are
+``unavailable``, with the reason — never failed on a distribution the model does not compute.
+
 A failed check makes the cell ``wrong-output``, so an upgrade that changes what the sampler does
-shows as a verdict change in ``diff``/``compare``.
+shows as a verdict change in ``diff``/``compare``. The order check's p-value is simulated (a
+Monte-Carlo exact test, calibrated: ``benchmarks/sampler_calibration.py``); when the draws fit
+several orders (the parameters leave them too alike to tell apart) it says ``undecided``, a
+check that holds (``ok``) with ``status: "undecided"``, not a failure. Each judged check carries
+``status``: ``pass``, ``fail``, ``undecided`` or ``unavailable`` (the last two with ``ok``
+true and the detail starting with the word).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections import Counter
@@ -30,7 +42,8 @@ from typing import Any, Self, cast
 
 from rtmatrix.adapters.base import Adapter
 from rtmatrix.adapters.capabilities import ConstrainedSampling, Sampling, missing
-from rtmatrix.metrics.sampler import Params
+from rtmatrix.metrics.parity import EXACT_TOKENS
+from rtmatrix.metrics.sampler import POWER_TO_DECIDE, Params
 from rtmatrix.names import Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
@@ -126,6 +139,12 @@ class SampleResult(ScenarioResult):
     draws_wall_s: float | None = None
     first_token_counts: dict[str, int] = field(default_factory=dict)
     alpha: float | None = None
+    #: the cell's dtype (the job's; None: not known to the worker)
+    dtype: str | None = field(default=None, metadata=ABSENT_WHEN_NONE)
+    #: a quantized cell's own logits after the prompt, to 5 decimals (None: not finite); the
+    #: parent judges the draws against them and drops them from the result; or why none
+    runtime_logits: list[float | None] | None = field(default=None, metadata=ABSENT_WHEN_NONE)
+    runtime_logits_unavailable: str | None = field(default=None, metadata=ABSENT_WHEN_NONE)
     checks: list[dict[str, Any]] = field(default_factory=list)
     first_steps_reference_top5: list[dict[str, Any]] | None = field(
         default=None, metadata=ABSENT_WHEN_NONE
@@ -245,7 +264,28 @@ def run(
     res.draws_wall_s = clock() - t1
     res.first_token_counts = {str(k): v for k, v in sorted(Counter(draws).items())}
     res.alpha = opts.sample_alpha
+    dtype = job.dtype
+    res.dtype = str(dtype) if dtype is not None else None
+    if res.dtype is not None and res.dtype not in EXACT_TOKENS:
+        res.runtime_logits, res.runtime_logits_unavailable = own_logits(adapter, prompt)
     return res
+
+
+def own_logits(
+    adapter: Adapter, prompt: Sequence[int]
+) -> tuple[list[float | None] | None, str | None]:
+    """The runtime's logits after ``prompt`` through the adapter's own forward pass (the model
+    its sampler draws from; to 5 decimals, far below the judge's boundary tolerance; None for
+    a masked id), or why it gives none (an engine whose loop yields ids only)."""
+    try:
+        adapter.reset()
+        adapter.prefill(list(prompt))
+        logits = adapter.last_logits()
+        adapter.reset()
+    except Exception as exc:  # any refusal: the checks say unavailable, with these words
+        return None, f"{type(exc).__name__}: {exc}"
+    out = [round(float(x), 5) if math.isfinite(float(x)) else None for x in logits.reshape(-1)]
+    return out, None
 
 
 def process_checks(
@@ -369,11 +409,12 @@ def metrics(result: dict[str, Any]) -> dict[str, Metric]:
     checks = {c["name"]: c for c in res.checks or []}
     for name, c in checks.items():
         if name.startswith("sample_"):
-            out[name] = Metric(
-                "pass" if c["ok"] else "fail",
-                "check",
-                clk,
-                detail={k: v for k, v in c.items() if k not in ("a", "b")},
+            detail = {k: v for k, v in c.items() if k not in ("a", "b")}
+            status = c.get("status") or ("pass" if c["ok"] else "fail")
+            out[name] = (
+                Metric.unavailable("check", str(c["detail"]))
+                if status == "unavailable"
+                else Metric(status, "check", clk, detail=detail)
             )
     out |= order_metrics(res)
     out |= constrained_metrics(res)
@@ -475,10 +516,11 @@ def with_reference(
     """The parent's half: ``logits_after(ids)`` is the reference's next-token logits after
     ``ids``. Adds the reference's top-5 for the first sampled positions, the reference's logits
     of both ids at each reproducibility divergence, and the order/distribution judgement; returns
-    the new checks (support and fit to the documented order)."""
+    the new checks (support and fit to the documented order; ``unavailable`` for a quantized
+    cell without its runtime's own logits, see :func:`judged_logits`)."""
     import numpy as np
 
-    from rtmatrix.metrics.sampler import Params, judge_order
+    from rtmatrix.metrics.sampler import judge_order
 
     prompt = [int(t) for t in result.get("prompt") or []]
     seq = [int(t) for t in result.get("sequence") or []]
@@ -508,39 +550,112 @@ def with_reference(
                     "another computation's rounding moved the draw across the boundary of two "
                     "near-equal ids (numerics), not a lost seed"
                 )
-    counts_raw = result.get("first_token_counts") or {}
-    logits = np.asarray(logits_after(prompt), dtype=np.float64)
-    counts = np.zeros(logits.shape[0], dtype=np.int64)
-    for k, v in counts_raw.items():
-        counts[int(k)] = int(v)
+    ref_logits = np.asarray(logits_after(prompt), dtype=np.float64)
     params = Params.from_options(result.get("params") or {})
     documented = str(result.get("order_documented"))
     alpha = float(result.get("alpha") or SampleOptions().sample_alpha)
+    logits, judged_on = judged_logits(result, ref_logits)
+    if logits is None:
+        result["order_unavailable"] = judged_on
+        return [unavailable_check(name, judged_on) for name in ("sample_support", "sample_order")]
+    counts_raw = result.get("first_token_counts") or {}
+    counts = np.zeros(logits.shape[0], dtype=np.int64)
+    for k, v in counts_raw.items():
+        counts[int(k)] = int(v)
     order = judge_order(counts, logits, params, documented, alpha, prompt)
+    order["logits_judged"] = judged_on
     result["order"] = order
     fits = order["fits"]
     doc = fits.get(documented)
     if doc is None:
         return []
-    out = [
+    support_ok = doc["outside"] == 0
+    return [
         check(
             "sample_support",
-            doc["outside"] == 0,
+            support_ok,
             f"{order['draws'] - doc['outside']}/{order['draws']} first-token draws lie in the "
             f"candidate set the documented order allows ({order['candidates_documented']} ids; "
             f"{order['at_cut_boundary'].get(documented, 0)} draws on ids within "
             f"{order['boundary_tol_logit']} logits of a cut, where rounding decides the side, "
-            "are judged apart)",
-        ),
-        check(
-            "sample_order",
-            order["found"] == documented and doc["p_value"] >= alpha,
-            f"documented {documented} (p = {doc['p_value']:.3g}); found {order['found']}; "
-            + "; ".join(f"{k}: p = {f['p_value']:.3g}" for k, f in fits.items())
-            + f"; power against the others at alpha {alpha}: {order['power_against']}",
-        ),
+            f"are judged apart; logits: {judged_on})",
+        )
+        | {"status": "pass" if support_ok else "fail"},
+        order_check(order, documented, alpha),
     ]
-    return out
+
+
+def judged_logits(result: dict[str, Any], ref_logits: Any) -> tuple[Any, str]:
+    """The logits the draws are judged against and in words where they come from; (None, why)
+    when there are none this model computes. An exact dtype (``EXACT_TOKENS``) is judged on the
+    reference's; a quantized one on the runtime's own (``runtime_logits``, dropped from the
+    result once read: the order's ``logits_judged`` names them), never on the reference's,
+    which are not what its quantized arithmetic computes."""
+    import numpy as np
+
+    dtype = result.get("dtype")
+    own = result.pop("runtime_logits", None)
+    if dtype is None or dtype in EXACT_TOKENS:
+        return ref_logits, "the numpy reference's, after the prompt"
+    why_none = result.get("runtime_logits_unavailable") or "not recorded by the worker"
+    base = (
+        f"unavailable: the reference's logits are not the logits this {dtype} model computes "
+        f"(the runtime's {dtype} arithmetic gives others: a candidate set and distribution "
+        "built from the reference's are not what its sampler draws from)"
+    )
+    if own is None:
+        return None, f"{base}, and the runtime gave none of its own ({why_none})"
+    lg = np.array([-np.inf if v is None else float(v) for v in own], dtype=np.float64)
+    if lg.shape != ref_logits.shape or not np.isfinite(lg).any():
+        return None, (
+            f"{base}, and the runtime's own are not usable ({lg.shape[0]} entries, "
+            f"{int(np.isfinite(lg).sum())} finite; the reference has {ref_logits.shape[0]})"
+        )
+    both = np.isfinite(lg) & np.isfinite(ref_logits)
+    diff = float(np.max(np.abs(lg[both] - ref_logits[both]))) if both.any() else float("nan")
+    return lg, (
+        f"the runtime's own ({dtype} model), after the prompt; max|Δlogit| from the "
+        f"reference's {diff:.4g}"
+    )
+
+
+def unavailable_check(name: str, why: str) -> dict[str, Any]:
+    """A check that cannot be judged: it holds (``ok``: no failure claimed) and says so."""
+    return check(name, True, why) | {"status": "unavailable"}
+
+
+def order_check(order: dict[str, Any], documented: str, alpha: float) -> dict[str, Any]:
+    """``sample_order`` from :func:`rtmatrix.metrics.sampler.judge_order`'s verdict: fails only
+    when the documented order is rejected; ``undecided`` (the draws fit another order too) is
+    said as such and holds."""
+    fits = order["fits"]
+    doc = fits[documented]
+    verdict = order.get("verdict") or "fail"
+    pw, tv = order.get("power_against") or {}, order.get("distance_tv") or {}
+    ps = "; ".join(f"{k}: p = {f['p_value']:.3g}" for k, f in fits.items())
+    facts = (
+        f"documented {documented} (p = {doc['p_value']:.3g}); found {order['found']}; {ps}; "
+        f"power against the others at alpha {alpha}: {pw}"
+        + (
+            f"; power to catch a sampler that ignores {', '.join(ign)}: {ign}"
+            if (ign := order.get("power_against_ignored"))
+            else ""
+        )
+    )
+    if verdict == "undecided":
+        others = [k for k, f in fits.items() if k != documented and f["p_value"] >= alpha]
+        low = {k: pw.get(k) for k in others if (pw.get(k) or 0.0) < POWER_TO_DECIDE}
+        why = (
+            f"with these parameters the orders give distributions too alike to tell apart with "
+            f"{order['draws']} draws (power {low}, total variation "
+            f"{ {k: tv.get(k) for k in low} })"
+            if low
+            else f"the draws fit {', '.join(others)} as well, though the test had power "
+            f"{ {k: pw.get(k) for k in others} } to reject it: a chance fit"
+        )
+        detail = f"undecided: the draws fit the documented order and {', '.join(others)}; {why}"
+        return check("sample_order", True, f"{detail}; {facts}") | {"status": "undecided"}
+    return check("sample_order", verdict == "pass", facts) | {"status": verdict}
 
 
 IMPL = ScenarioImpl(
