@@ -367,8 +367,8 @@ class Bf16Adapter(NumpyAdapter):
         matmul = Fact(said, f"PRECISION = {said}", "the fake runtime's property",
                       default=not asked, host_dependent=not asked)  # fmt: skip
         control = {"precision": "f32"} if said != "f32" else {}
-        num = Numerics(devices=["cpu"], matmul=matmul, control=control,
-                       control_explains="the fake runtime's PRECISION" if control else "")  # fmt: skip
+        explains = "the fake runtime's PRECISION" if control else ""
+        num = Numerics(devices=["cpu"], matmul=matmul, control=control, control_explains=explains)
         return StackReport(backend={"device": "fake CPU"}, kernels={}, numerics=num)
 
 

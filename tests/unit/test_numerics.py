@@ -54,7 +54,8 @@ def test_the_report_survives_the_protocol_round_trip() -> None:
 def test_bf16_said_is_judged_as_bf16_marked_and_diagnosed_by_a_control(
     tmp_path: Path, repo: Path
 ) -> None:
-    cell = by_runtime(run(tmp_path, repo, matrix_text("Bf16Adapter", fixtures=FIXTURES)))["bf16adapter"]  # fmt: skip
+    text = matrix_text("Bf16Adapter", fixtures=FIXTURES)
+    cell = by_runtime(run(tmp_path, repo, text))["bf16adapter"]
     par = cell["parity"]
     assert cell["outcome"]["status"] == "ok" and cell["verdict"] == "PASS"
     assert par["numerics"]["judged_as"] == "bf16" and par["logit_tolerance"] == 0.25
