@@ -1,6 +1,7 @@
 """``evidence.stack`` from real runtimes: four layers and the numerics on every ok cell, a
 kernel-level fallback found where ONNX Runtime dequantizes weights at run time, and a kernel
-choice changed by a setting (ONNX Runtime's graph optimization level) named first when the two cells are compared."""
+choice changed by a setting (ONNX Runtime's graph optimization level) named first when the two
+cells are compared."""
 
 from __future__ import annotations
 

@@ -40,6 +40,7 @@ from rtmatrix.runtimes.llama_cpp.adapter import (
     EXTRA_BUFTS_DEFAULT,
     extra_buffer_types,
     flash_attn_mode,
+    kv_args,
 )
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.driver import LlamaServerDriver
@@ -179,7 +180,7 @@ class LlamaServerAdapter(Adapter):
             cont_batching=bool(self._opts["cont_batching"]),
             flash_attn=flash_attn_mode(self._opts),
             extra_buffer_types=extra_buffer_types(self._opts),
-            extra_args=tuple(str(a) for a in self._opts["server_args"]),
+            extra_args=(*kv_args(params.options), *(str(a) for a in self._opts["server_args"])),
         )
         self._workdir = Path(tempfile.mkdtemp(prefix="rtmatrix-llama-server-"))
         argv = server_argv(tools.llama_server, self._cfg)
