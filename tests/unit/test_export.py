@@ -94,4 +94,4 @@ def test_unknown_format_is_refused() -> None:
         render(tidy(load_run(GOLDEN / "run-v1.json")), "xml")
     with pytest.raises(SystemExit) as exc:
         main(["export", str(GOLDEN / "run-v1.json"), "--format", "xml"])
-    assert exc.value.code == 2
+    assert exc.value.code == 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,16 +44,23 @@ runtimes = ["numpy"]
 """
 
 
-def test_every_cell_survives_a_json_round_trip() -> None:
-    cells = parse_matrix(TEXT, Path("/m/m.toml")).cells()
+def cells_of(tmp_path: Path) -> list[Any]:
+    """The matrix's cells, its model file present (the loader refuses a missing one)."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.gguf").write_bytes(b"GGUF....")
+    return parse_matrix(TEXT, tmp_path / "m.toml").cells()
+
+
+def test_every_cell_survives_a_json_round_trip(tmp_path: Path) -> None:
+    cells = cells_of(tmp_path)
     assert len(cells) == 4 and cells[-1].fixture.prompt is not None
     for cell in cells:
         back = cell_from_json(json.loads(json.dumps(cell_to_json(cell))))
         assert back == cell and back.key == cell.key
 
 
-def test_job_and_reply_are_versioned_json() -> None:
-    cell = parse_matrix(TEXT, Path("/m/m.toml")).cells()[0]
+def test_job_and_reply_are_versioned_json(tmp_path: Path) -> None:
+    cell = cells_of(tmp_path)[0]
     job = CellJob(cell=cell_to_json(cell), target={"label": "lab", "os": None, "arch": None})
     data = json.loads(json.dumps(job.to_dict()))
     assert data["protocol"] == PROTOCOL_VERSION and CellJob.from_dict(data) == job

@@ -21,7 +21,7 @@ from rtmatrix.fixtures.importer import (
 )
 from rtmatrix.fixtures.model import make_weights
 from rtmatrix.fixtures.spec import ModelSpec, get_spec
-from rtmatrix.matrix import parse_matrix
+from rtmatrix.matrix import MatrixError, parse_matrix
 
 
 def write_hf_folder(
@@ -126,9 +126,10 @@ def test_another_gguf_architecture_is_refused_before_anything_is_built(tmp_path:
         read_fields(other)
     assert "supported: general.architecture 'llama'" in str(info.value)
     text = f"[[runtimes]]\nname = 'llama_cpp'\n[[fixtures]]\nsource = '{other}'\ndtypes = ['f32']\n"
-    cell = parse_matrix(text, tmp_path / "m.toml").cells()[0]
-    with pytest.raises(ValueError, match=r"general\.architecture"):
-        prepare_fixture(cell.fixture.name, cell.fixture.model, "f32", None, "gguf")
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.source: .*general\.architecture"):
+        parse_matrix(text, tmp_path / "m.toml")  # refused at load: the user's input
+    with pytest.raises(ValueError, match=r"general\.architecture"):  # and by the importer
+        prepare_fixture("other", f"source:{other}", "f32", None, "gguf")
 
 
 def test_a_truncated_checkpoint_names_the_file(tmp_path: Path, tiny_gguf: Path) -> None:

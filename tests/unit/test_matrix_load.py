@@ -27,8 +27,10 @@ def parse(text: str) -> Matrix:
     return parse_matrix(text, Path("m.toml"))
 
 
-def test_cells_are_the_product_of_runtimes_fixtures_and_params() -> None:
-    m = parse_matrix(GOOD, Path("/x/m.toml"))
+def test_cells_are_the_product_of_runtimes_fixtures_and_params(tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.gguf").write_bytes(b"GGUF....")
+    m = parse_matrix(GOOD, tmp_path / "m.toml")
     cells = m.cells()
     assert len(cells) == 1 * 3 * 2
     assert {c.params["threads"] for c in cells} == {1, 2}
@@ -36,7 +38,7 @@ def test_cells_are_the_product_of_runtimes_fixtures_and_params() -> None:
     assert m.run["repetitions"] == 3 and m.run["warmup"] == 1
     assert cells[0].adapter == "rtmatrix.runtimes.llama_cpp.adapter:LlamaCppAdapter"
     user = next(c for c in cells if c.fixture.name == "mine")
-    assert user.fixture.path == Path("/x/models/mine.gguf") and user.fixture.dtype is None
+    assert user.fixture.path == tmp_path / "models/mine.gguf" and user.fixture.dtype is None
     assert len({c.key for c in cells}) == len(cells)
 
 
@@ -102,15 +104,15 @@ def test_module_class_adapter_is_accepted() -> None:
 def test_fixture_overrides_expectations_and_fill() -> None:
     m = parse(
         "[params]\nn_ctx = 256\ngen_tokens = 16\n"
-        "[[runtimes]]\nname='llama_cpp'\noptions = {a = 1, b = 2}\n"
+        "[[runtimes]]\nname='llama_cpp'\noptions = {use_mmap = true, type_k = 'f16'}\n"
         "[[fixtures]]\nmodel='tiny'\nname='full'\nparams={prompt_tokens='fill'}\n"
-        "run={repetitions=1}\noptions={b = 3}\n"
+        "run={repetitions=1}\noptions={type_k = 'f32'}\n"
         "[[fixtures]]\nmodel='tiny'\nvariant='truncated'\n"
         "[[fixtures]]\nmodel='tiny'\nvariant='nan-weights'\nexpect='ok'\nverdicts={ok='WARN'}\n"
     )
     full, trunc, nan = m.cells()
     assert full.params["prompt_tokens"] == 256 - 16 and full.run["repetitions"] == 1
-    assert full.options == {"a": 1, "b": 3}
+    assert full.options == {"use_mmap": True, "type_k": "f32"}
     assert trunc.fixture.name == "tiny-truncated" and trunc.fixture.expect == "error"
     assert trunc.run["repetitions"] == 5  # the matrix default
     assert nan.fixture.expect == "ok" and nan.fixture.verdicts == {"ok": "WARN"}
@@ -163,7 +165,7 @@ SWEEP = """
 [[runtimes]]
 name = "llama_cpp"
 options = { use_mmap = true }
-sweep = { flash_attn = ["on", "off"], n_batch_note = [1, 2, 3] }
+sweep = { flash_attn = ["on", "off"], type_k = ["f16", "f32", "q8_0"] }
 [[runtimes]]
 name = "onnxruntime"
 [[fixtures]]
@@ -175,10 +177,12 @@ def test_a_sweep_multiplies_rows_and_cells_and_names_each_combination() -> None:
     m = parse(SWEEP)
     swept = [rt for rt in m.runtimes if rt.base_name == "llama_cpp"]
     assert [rt.name for rt in swept] == [
-        f"llama_cpp[flash_attn={fa},n_batch_note={n}]" for fa in ("on", "off") for n in (1, 2, 3)
+        f"llama_cpp[flash_attn={fa},type_k={n}]"
+        for fa in ("on", "off")
+        for n in ("f16", "f32", "q8_0")
     ]
     assert all(rt.options["use_mmap"] is True for rt in swept)
-    assert swept[3].options["flash_attn"] == "off" and swept[3].swept["n_batch_note"] == 1
+    assert swept[3].options["flash_attn"] == "off" and swept[3].swept["type_k"] == "f16"
     cells = m.cells()
     assert len(cells) == 6 + 1 and len({c.key for c in cells}) == 7
     assert {c.options["flash_attn"] for c in cells if c.runtime.startswith("llama_cpp[")} == {
@@ -274,3 +278,68 @@ def test_a_fixture_can_name_the_rows_that_run_it() -> None:
         parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = ["tvm"]\n')
     with pytest.raises(MatrixError, match=r"fixtures\[0\]\.runtimes: expected a list"):
         parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = "tvm"\n')
+
+
+def _bad_inputs(tmp_path: Path) -> Path:
+    """A vocab-only GGUF (as llama.cpp's source tree ships them), a Qwen2 checkpoint folder and
+    a matrix that also misspells an option and names a missing model file."""
+    import gguf
+
+    vocab = tmp_path / "ggml-vocab-gpt-2.gguf"
+    w = gguf.GGUFWriter(str(vocab), "gpt2")
+    w.add_token_list(["a", "b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    qwen = tmp_path / "qwen2"
+    qwen.mkdir()
+    (qwen / "config.json").write_text('{"model_type": "qwen2", "vocab_size": 8}')
+    text = f"""
+[[runtimes]]
+name = "llama_cpp"
+options = {{ flash_atn = "on" }}
+[[fixtures]]
+name = "mine"
+path = "{tmp_path / "nonexistent" / "model.gguf"}"
+[[fixtures]]
+source = "{vocab}"
+[[fixtures]]
+source = "{qwen}"
+"""
+    m = tmp_path / "m.toml"
+    m.write_text(text)
+    return m
+
+
+def test_every_bad_input_is_named_at_load_each_with_file_key_and_fix(tmp_path: Path) -> None:
+    pytest.importorskip("gguf")
+    with pytest.raises(MatrixError) as err:
+        load_matrix(_bad_inputs(tmp_path))
+    text = str(err.value)
+    assert "4 problems; nothing was run" in text
+    assert "runtimes[0].options.flash_atn: unknown option" in text and "'flash_attn'" in text
+    assert "fixtures[0].path:" in text and "does not exist; fix 'path'" in text
+    assert "fixtures[1].source:" in text and "general.architecture = 'gpt2'" in text
+    assert "fixtures[2].source:" in text and "model_type = 'qwen2'" in text
+
+
+@pytest.mark.parametrize(
+    ("options", "pattern"),
+    [
+        ('{ type_k = "f8" }', "type_k: 'f8' is not one of"),
+        ("{ use_mmap = 1 }", "use_mmap: expected bool, got int 1"),
+        ('{ flash_attn = "maybe" }', "flash_attn: 'maybe' is not one of"),
+    ],
+)
+def test_a_declared_options_value_is_type_checked(options: str, pattern: str) -> None:
+    text = f"[[runtimes]]\nname = 'llama_cpp'\noptions = {options}\n[[fixtures]]\nmodel = 'tiny'\n"
+    with pytest.raises(MatrixError, match=pattern):
+        parse_matrix(text, Path("m.toml"))
+
+
+def test_a_swept_option_is_checked_like_a_plain_one() -> None:
+    text = ("[[runtimes]]\nname = 'openvino'\nsweep = { inference_precision = ['f32', 'f64'] }\n"
+            "[[fixtures]]\nmodel = 'tiny'\n")  # fmt: skip
+    with pytest.raises(MatrixError, match="inference_precision: 'f64' is not one of"):
+        parse_matrix(text, Path("m.toml"))

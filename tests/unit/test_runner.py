@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from rtmatrix.matrix import parse_matrix
+from rtmatrix.matrix import MatrixError, parse_matrix
 from rtmatrix.results import load_run
 from rtmatrix.runner import run_matrix
 from tests.helpers.metrics import GENERATE_METRICS, SOURCES
@@ -124,9 +124,18 @@ def test_user_model_has_no_reference(tmp_path: Path, repo: Path) -> None:
     }
 
 
-def test_missing_user_model_is_an_error_cell(tmp_path: Path, repo: Path) -> None:
-    fixtures = f"[[fixtures]]\nname = 'mine'\npath = '{tmp_path / 'gone.gguf'}'\n"
-    cell = run(tmp_path, repo, matrix_text("NumpyAdapter", fixtures=fixtures))["cells"][0]
+def test_missing_user_model_is_refused_at_load_and_one_gone_later_is_an_error_cell(
+    tmp_path: Path, repo: Path
+) -> None:
+    gone = tmp_path / "gone.gguf"
+    text = matrix_text("NumpyAdapter", fixtures=f"[[fixtures]]\nname = 'mine'\npath = '{gone}'\n")
+    with pytest.raises(MatrixError, match=r"fixtures\[0\]\.path: .*does not exist; fix 'path'"):
+        parse_matrix(text, tmp_path / "m.toml")
+    gone.write_bytes(b"GGUF....")
+    m = parse_matrix(text, tmp_path / "m.toml")
+    gone.unlink()  # removed after the load: the cell says so
+    rec = cast(dict[str, Any], load_run(run_matrix(m, tmp_path / "results", lambda _: None, repo)))
+    cell = rec["cells"][0]
     assert cell["outcome"]["status"] == "error" and "does not exist" in cell["outcome"]["message"]
 
 

@@ -257,9 +257,22 @@ class Matrix:
 class _Ctx:
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: problems gathered without stopping (every one is listed at the end of the load)
+        self.problems: list[str] = []
 
     def fail(self, key: str, problem: str) -> MatrixError:
         return MatrixError(f"{self.path}: {key}: {problem}")
+
+    def note(self, key: str, problem: str) -> None:
+        """A problem that does not stop the load: all are raised together at its end."""
+        self.problems.append(f"{self.path}: {key}: {problem}")
+
+    def raise_problems(self) -> None:
+        if len(self.problems) == 1:
+            raise MatrixError(self.problems[0])
+        if self.problems:
+            head = f"{self.path}: {len(self.problems)} problems; nothing was run:"
+            raise MatrixError("\n".join([head, *(f"  - {p}" for p in self.problems)]))
 
     def check_keys(self, table: dict[str, Any], key: str, valid: tuple[str, ...]) -> None:
         unknown = sorted(set(table) - set(valid))
@@ -359,7 +372,9 @@ def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list
         except TargetError as exc:
             raise ctx.fail(exc.key, exc.problem) from None
         control = _crash_control(ctx, where, entry.get("crash_control"))
-        for swept in _sweep(ctx, where, entry.get("sweep"), options):
+        sweeps = _sweep(ctx, where, entry.get("sweep"), options)
+        _check_options(ctx, where, target, [options | swept for swept in sweeps])
+        for swept in sweeps:
             out.append(
                 RuntimeEntry(
                     sweep_name(entry["name"], swept) if swept else entry["name"],
@@ -372,6 +387,24 @@ def _runtimes(ctx: _Ctx, entries: Any, targets: tuple[Target, ...] = ()) -> list
     if dupes:
         raise ctx.fail("runtimes", f"runtime name(s) listed twice: {', '.join(dupes)}")
     return out
+
+
+def _check_options(
+    ctx: _Ctx, where: str, target: str, variants: list[dict[str, Any]]
+) -> None:
+    """Every option of a row (each sweep value too) against what its home declares: unknown
+    keys ("did you mean") and wrong values are problems of the matrix, found before any work."""
+    from rtmatrix.options import declared
+
+    decl = declared(target)
+    if decl is None:  # a third-party adapter: its own configure() judges its options
+        return
+    seen: set[tuple[str, str]] = set()
+    for opts in variants:
+        for key, problem in decl.problems(opts):
+            if (key, problem) not in seen:
+                seen.add((key, problem))
+                ctx.note(f"{where}.options.{key}", problem)
 
 
 def _crash_control(ctx: _Ctx, where: str, raw: Any) -> dict[str, Any] | bool | None:
@@ -520,6 +553,43 @@ def _prompt(
         raise ctx.fail(f"{where}.prompt_file", f"cannot read {path}: {exc}; {fix}") from None
 
 
+def _check_source(ctx: _Ctx, key: str, src: Path) -> None:
+    """A checkpoint given as ``source``: what the importer would refuse (missing file, header,
+    architecture, fields, tensors), from its metadata and tensor names — before any work."""
+    from rtmatrix.fixtures.importer import CheckpointError, check_checkpoint
+
+    try:
+        check_checkpoint(src)
+    except (CheckpointError, OSError, ValueError) as exc:
+        ctx.note(key, f"{exc}; fix 'source' (a llama-architecture .gguf file or HF folder)")
+
+
+#: the first bytes of a model file per suffix (a file expected to run must start with them)
+_MAGIC = {".gguf": b"GGUF"}
+
+
+def _check_model_file(ctx: _Ctx, key: str, path: Path, expect: Expect) -> None:
+    """A user's model file given as ``path``: it must exist and be readable (a folder: exist);
+    one expected to run must have its format's header. A file meant to fail (expect = "error")
+    may be damaged on purpose."""
+    if not path.exists():
+        ctx.note(key, f"{path} does not exist; fix 'path' (a model file or folder)")
+        return
+    if path.is_dir():
+        return
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        ctx.note(key, f"{path} cannot be read ({exc.strerror}); fix 'path' or its permissions")
+        return
+    magic = _MAGIC.get(path.suffix.lower())
+    if expect is Expect.OK and magic is not None and not head.startswith(magic):
+        fix = "fix 'path', or set expect = \"error\" to test a damaged file"
+        what = f"{path} starts with {head[:4]!r}, not {magic!r}: not a {path.suffix} file"
+        ctx.note(key, f"{what}; {fix}")
+
+
 def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
     where = f"fixtures[{i}]"
     if not isinstance(entry, dict):
@@ -565,6 +635,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             raise ctx.fail(where, f"a text prompt needs a checkpoint to tokenize with: {fix}")
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else base / path
+        _check_model_file(ctx, f"{where}.path", path, expect)
         return [FixtureEntry(name=name, dtype=None, path=path, **extra)]
     model = entry.get("model")
     if "source" in entry:  # a user's checkpoint, imported into every format
@@ -575,6 +646,7 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             )
         src = Path(entry["source"]).expanduser()
         src = src if src.is_absolute() else base / src
+        _check_source(ctx, f"{where}.source", src)
         model = f"{SOURCE_PREFIX}{src}"
         entry = {"name": src.stem if src.suffix else src.name} | entry
     elif model not in (known := known_models()):
@@ -629,6 +701,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         if unknown:
             why = f"unknown row(s) {', '.join(unknown)}; valid: {', '.join(names)}"
             raise ctx.fail(f"fixtures[{i}].runtimes", why)
+    ctx.raise_problems()
     return Matrix(
         power=power,
         path=path,

@@ -17,6 +17,7 @@ from rtmatrix import memcap
 from rtmatrix.adapters.capabilities import ReferenceBudget
 from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
 from rtmatrix.fixtures.spec import ExporterUnavailable
+from rtmatrix.locks import sole_writer
 from rtmatrix.matrix import Cell, Matrix
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading
 from rtmatrix.metrics.quality import QualityPlan, wants_pass
@@ -429,9 +430,30 @@ def run_matrix(
     if processes > 1 and resume is not None:
         msg = "--resume finishes a run of one process per cell; run --processes afresh"
         raise ValueError(msg)
+    if resume is not None:  # refused before anything runs when another process writes it
+        with sole_writer(resume):
+            pass
     describe = {rt.name: process.describe_adapter(rt.adapter, cwd) for rt in matrix.runtimes}
     cells, skipped = plan_cells(matrix, describe, only)
     record, path, todo = _start(matrix, results_dir, describe, cells, resume, progress)
+    with sole_writer(path):
+        return _run_cells(matrix, record, path, todo, cells, skipped, describe, cwd, progress,
+                          processes)  # fmt: skip
+
+
+def _run_cells(
+    matrix: Matrix,
+    record: dict[str, Any],
+    path: Path,
+    todo: list[Cell],
+    cells: list[Cell],
+    skipped: list[dict[str, Any]],
+    describe: dict[str, dict[str, Any]],
+    cwd: Path | None,
+    progress: Progress,
+    processes: int,
+) -> Path:
+    """run_matrix's loop, holding the results file's one-writer lock."""
     _prepare_rows(matrix, describe, record, todo, cwd, progress)
     record["skipped"] = skipped
     record["matrix"]["n_cells"] = len(cells)
