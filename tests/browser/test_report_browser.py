@@ -108,7 +108,8 @@ def test_selection_matrix_has_a_column_per_runtime_and_every_row(page: Page) -> 
 
 def test_stack_view_shows_four_layers_and_the_kernel_fallback(page: Page) -> None:
     rows = [th.text.split("\n")[0] for th in _css(page, "#stack-matrix tbody th")]
-    assert rows == ["format", "runtime", "backend", "kernels", "specialized kernels for"]
+    assert rows == ["format", "runtime", "backend", "kernels", "numerics",
+                    "specialized kernels for", "what this host changed"]  # fmt: skip
     text = _css(page, "#stack-matrix")[0].text
     assert "GGUF" in text and "kernel-level fallback: 57 DequantizeLinear" in text
     assert _css(page, "#stack-matrix .v-FAIL"), "the fallback is marked"

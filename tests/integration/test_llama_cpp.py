@@ -146,8 +146,9 @@ def test_bad_files_are_clean_errors_and_a_segfault_does_not_stop_the_run(tmp_pat
     (tmp_path / "truncated.gguf").write_bytes(good[: len(good) // 3])
     (tmp_path / "garbage.gguf").write_bytes(b"NOTAGGUF" * 512)
     (tmp_path / "empty.gguf").write_bytes(b"")
+    # damaged on purpose: expect = "error" (a damaged file expected to run is refused at load)
     fixtures = "".join(
-        f"[[fixtures]]\nname = '{n}'\npath = '{tmp_path / n}.gguf'\n"
+        f"[[fixtures]]\nname = '{n}'\npath = '{tmp_path / n}.gguf'\nexpect = 'error'\n"
         for n in ("truncated", "garbage", "empty")
     )
     body = (

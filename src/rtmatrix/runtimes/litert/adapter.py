@@ -37,7 +37,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.kvloop import ExplicitKvAdapter
 from rtmatrix.fixtures.tflite_export import causal_mask
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.litert.errors import ERROR_PATTERNS
@@ -73,7 +74,7 @@ def delegated(ops: list[dict[str, Any]], n_nodes: int) -> dict[str, Any]:
     }
 
 
-class LiteRtAdapter(Adapter):
+class LiteRtAdapter(ExplicitKvAdapter):
     name: ClassVar[str] = "litert"
     distribution: ClassVar[str] = "ai-edge-litert"
     extra: ClassVar[str] = "litert"
@@ -168,57 +169,37 @@ class LiteRtAdapter(Adapter):
     def special_ids(self) -> dict[str, int]:
         return {k: int(self._config[f"{k}_token_id"]) for k in ("bos", "eos")}
 
-    def reset(self) -> None:
+    def _clear_cache(self) -> None:
         self._cache = {k: v.copy() for k, v in self._empty.items()}
-        self._pos = 0
-        self._logits = None
 
-    def _call(self, runner: Any, ids: list[int], n_valid: int) -> NDArray[np.float32]:
+    def _call(self, runner: Any, ids: list[int], n_valid: int, pos: int) -> NDArray[np.float32]:
         n = len(ids)
         out = runner(
             input_ids=np.asarray([ids], np.int32),
-            input_pos=np.arange(self._pos, self._pos + n, dtype=np.int32),
-            mask=causal_mask(self._pos, n, self._max_ctx, n_valid),
+            input_pos=np.arange(pos, pos + n, dtype=np.int32),
+            mask=causal_mask(pos, n, self._max_ctx, n_valid),
             **self._cache,
         )
         for k in self._cache:
             self._cache[k] = out[k]
         return np.asarray(out["logits"][0], dtype=np.float32)
 
-    def _check_room(self, n: int) -> None:
-        if n == 0:
-            msg = "no tokens to process"
-            raise ValueError(msg)
-        if self._pos + n > self._n_ctx:
-            msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
-            raise ValueError(msg)
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        ids = [int(t) for t in tokens]
-        self._check_room(len(ids))
-        for start in range(0, len(ids), self._chunk):
-            part = ids[start : start + self._chunk]
+    def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
+        """The prompt in chunks of the prefill signature's length (the last padded); one token,
+        or no room for a padded chunk, through the decode signature."""
+        ids, pos, logits = [int(t) for t in tokens], start, None
+        for first in range(0, len(ids), self._chunk):
+            part = ids[first : first + self._chunk]
             n_valid = len(part)
-            # one token, or no room for a padded chunk: the decode signature, token by token
-            if n_valid == 1 or self._pos + self._chunk > self._max_ctx:
+            if n_valid == 1 or pos + self._chunk > self._max_ctx:
                 for t in part:
-                    self._logits = self._call(self._decode, [t], 1)[-1]
-                    self._pos += 1
+                    logits = self._call(self._decode, [t], 1, pos)[-1]
+                    pos += 1
                 continue
             padded = part + [part[-1]] * (self._chunk - n_valid)
-            self._logits = self._call(self._prefill, padded, n_valid)[n_valid - 1]
-            self._pos += n_valid
-
-    def decode(self, token: int) -> None:
-        self._check_room(1)
-        self._logits = self._call(self._decode, [int(token)], 1)[-1]
-        self._pos += 1
-
-    def last_logits(self) -> NDArray[np.float32]:
-        if self._logits is None:
-            msg = "no logits yet: call prefill first"
-            raise RuntimeError(msg)
-        return self._logits
+            logits = self._call(self._prefill, padded, n_valid, pos)[n_valid - 1]
+            pos += n_valid
+        return logits
 
     def counters(self) -> dict[str, float]:
         return {}

@@ -39,10 +39,11 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.kvloop import ExplicitKvAdapter
+from rtmatrix.fixtures.genai_config import special_ids_beside
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.mnn.errors import ERROR_PATTERNS
-from rtmatrix.runtimes.openvino.adapter import special_ids_beside
 
 PRECISIONS = {"normal": "normal", "low": "low", "low_bf16": "Low_BF16", "high": "high"}
 FIXED = ("input_ids", "attention_mask", "position_ids")
@@ -51,7 +52,7 @@ LICENSE_NOTE = (
 )
 
 
-class MnnAdapter(Adapter):
+class MnnAdapter(ExplicitKvAdapter):
     name: ClassVar[str] = "mnn"
     distribution: ClassVar[str] = "mnn"
     extra: ClassVar[str] = "mnn"
@@ -172,24 +173,15 @@ class MnnAdapter(Adapter):
             return F.const(a.astype(np.int32), list(a.shape), F.NCHW, F.int)
         return F.const(a.astype(np.float32), list(a.shape), F.NCHW, F.float)
 
-    def reset(self) -> None:
+    def _clear_cache(self) -> None:
         self._past = [self._var(np.zeros((1, h, 0, d), np.float32)) for h, d in self._empty]
-        self._pos = 0
-        self._logits = None
 
-    def _run(self, tokens: Sequence[int]) -> None:
+    def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
         n = len(tokens)
-        if n == 0:
-            msg = "no tokens to process"
-            raise ValueError(msg)
-        total = self._pos + n
-        if total > self._n_ctx:
-            msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
-            raise ValueError(msg)
         feeds = [
             self._var(np.asarray(tokens, np.int64).reshape(1, n)),
             self._var(np.ones((1, total), np.int64)),
-            self._var(np.arange(self._pos, total, dtype=np.int64).reshape(1, n)),
+            self._var(np.arange(start, total, dtype=np.int64).reshape(1, n)),
             *self._past,
         ]
         outs = self._module.forward(feeds)
@@ -199,21 +191,8 @@ class MnnAdapter(Adapter):
                 f"{1 + len(self._past)} (its own log says why: see the cell's stdout)"
             )
             raise RuntimeError(msg)
-        self._logits = np.array(outs[0].read()[0, -1], dtype=np.float32)
         self._past = list(outs[1:])
-        self._pos = total
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self._run(tokens)
-
-    def decode(self, token: int) -> None:
-        self._run([token])
-
-    def last_logits(self) -> NDArray[np.float32]:
-        if self._logits is None:
-            msg = "no logits yet: call prefill first"
-            raise RuntimeError(msg)
-        return self._logits
+        return outs[0].read()[0, -1]
 
     def counters(self) -> dict[str, float]:
         return {}

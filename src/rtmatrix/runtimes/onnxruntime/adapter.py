@@ -49,7 +49,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.kvloop import ExplicitKvAdapter
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.onnxruntime.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.onnxruntime.placement import (
@@ -102,7 +103,7 @@ def _capture_warnings(sink: list[str]) -> Iterator[None]:
             sink.extend(f"{w.category.__name__}: {w.message}" for w in caught)
 
 
-class OrtAdapter(Adapter):
+class OrtAdapter(ExplicitKvAdapter):
     name: ClassVar[str] = "onnxruntime"
     distribution: ClassVar[str] = "onnxruntime"
     extra: ClassVar[str] = "onnxruntime"
@@ -317,48 +318,26 @@ class OrtAdapter(Adapter):
     def special_ids(self) -> dict[str, int]:
         return dict(self._special)
 
-    def reset(self) -> None:
+    def _clear_cache(self) -> None:
         self._past = dict(self._empty_past)
-        self._pos = 0
-        self._logits = None
 
-    def _run(self, tokens: Sequence[int]) -> None:
+    def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
         n = len(tokens)
-        if n == 0:
-            msg = "no tokens to process"
-            raise ValueError(msg)
-        total = self._pos + n
-        if total > self._n_ctx:
-            msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
-            raise ValueError(msg)
         feeds: dict[str, Any] = dict(self._past)
         ids_type = NP_TYPES.get(self._inputs["input_ids"].type, np.int64)
         feeds["input_ids"] = np.asarray(tokens, dtype=ids_type).reshape(1, n)
         if "position_ids" in self._inputs:
             pos_type = NP_TYPES.get(self._inputs["position_ids"].type, np.int64)
-            feeds["position_ids"] = np.arange(self._pos, total, dtype=pos_type).reshape(1, n)
+            feeds["position_ids"] = np.arange(start, total, dtype=pos_type).reshape(1, n)
         if "attention_mask" in self._inputs:
             mask_type = NP_TYPES.get(self._inputs["attention_mask"].type, np.int64)
             feeds["attention_mask"] = np.ones((1, total), dtype=mask_type)
         outs = self._sess.run(self._outputs, feeds)
-        self._logits = outs[0][0, -1]
         for name, value in zip(self._outputs[1:], outs[1:], strict=True):
             past = self._past_of.get(name)
             if past is not None:
                 self._past[past] = value
-        self._pos = total
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self._run(tokens)
-
-    def decode(self, token: int) -> None:
-        self._run([token])
-
-    def last_logits(self) -> NDArray[np.float32]:
-        if self._logits is None:
-            msg = "no logits yet: prefill first"
-            raise RuntimeError(msg)
-        return np.array(self._logits, dtype=np.float32, copy=True)
+        return outs[0][0, -1]
 
     def counters(self) -> dict[str, float]:
         return {}  # ONNX Runtime keeps no per-call timing counters

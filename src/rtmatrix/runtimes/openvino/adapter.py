@@ -27,7 +27,6 @@ own choice: one per physical core).
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import time
 from collections.abc import Mapping, Sequence
@@ -37,7 +36,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.kvloop import ExplicitKvAdapter
+from rtmatrix.fixtures.genai_config import special_ids_beside
 from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
@@ -81,21 +82,6 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def special_ids_beside(model_path: Path) -> dict[str, int]:
-    """bos/eos from the genai_config.json the ONNX exporter writes beside ``model.onnx`` (the
-    ONNX metadata is not read: that would parse the whole file a second time); eos -1 if none."""
-    out: dict[str, int] = {}
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        cfg = json.loads(model_path.with_name("genai_config.json").read_text("utf-8"))
-        for key in ("bos", "eos"):
-            val = cfg.get("model", {}).get(f"{key}_token_id")
-            val = val[0] if isinstance(val, list) and val else val
-            if isinstance(val, int):
-                out[key] = val
-    out.setdefault("eos", -1)
-    return out
-
-
 def runtime_layers(compiled: Any) -> dict[str, Any]:
     """What the CPU plugin compiled: per layer type of its runtime model, how many layers ran at
     which runtime precision (a FullyConnected at ``i8``/``i4`` keeps its weights compressed and
@@ -126,7 +112,7 @@ def runtime_layers(compiled: Any) -> dict[str, Any]:
     }
 
 
-class OpenVinoAdapter(Adapter):
+class OpenVinoAdapter(ExplicitKvAdapter):
     name: ClassVar[str] = "openvino"
     distribution: ClassVar[str] = "openvino"
     extra: ClassVar[str] = "openvino"
@@ -253,48 +239,29 @@ class OpenVinoAdapter(Adapter):
         return dict(self._special)
 
     def reset(self) -> None:
-        self._past = dict(self._empty_past)
-        self._pos = 0
-        self._logits = None
+        super().reset()
         self._counts = {}
 
-    def _run(self, tokens: Sequence[int], phase: str) -> None:
+    def _clear_cache(self) -> None:
+        self._past = dict(self._empty_past)
+
+    def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
         n = len(tokens)
-        if n == 0:
-            msg = "no tokens to process"
-            raise ValueError(msg)
-        total = self._pos + n
-        if total > self._n_ctx:
-            msg = f"context full: {self._pos} cached + {n} new tokens > n_ctx {self._n_ctx}"
-            raise ValueError(msg)
         feeds: dict[str, Any] = dict(self._past)
         feeds["input_ids"] = np.asarray(tokens, dtype=np.int64).reshape(1, n)
         if "position_ids" in self._inputs:
-            feeds["position_ids"] = np.arange(self._pos, total, dtype=np.int64).reshape(1, n)
+            feeds["position_ids"] = np.arange(start, total, dtype=np.int64).reshape(1, n)
         if "attention_mask" in self._inputs:
             feeds["attention_mask"] = np.ones((1, total), dtype=np.int64)
         outs = {k.get_any_name(): v for k, v in self._req.infer(feeds).items()}
-        self._logits = np.asarray(outs["logits"][0, -1], dtype=np.float32)
         for name, value in outs.items():
             past = self._past_of.get(name)
             if past is not None:
                 self._past[past] = value
-        self._pos = total
         key = "pp" if phase == "prefill" else "tg"
         self._counts[f"{key}_ms"] = self._counts.get(f"{key}_ms", 0.0) + float(self._req.latency)
         self._counts[f"{key}_tokens"] = self._counts.get(f"{key}_tokens", 0.0) + n
-
-    def prefill(self, tokens: Sequence[int]) -> None:
-        self._run(tokens, "prefill")
-
-    def decode(self, token: int) -> None:
-        self._run([token], "decode")
-
-    def last_logits(self) -> NDArray[np.float32]:
-        if self._logits is None:
-            msg = "no logits yet: prefill first"
-            raise RuntimeError(msg)
-        return np.array(self._logits, dtype=np.float32, copy=True)
+        return outs["logits"][0, -1]
 
     def counters(self) -> dict[str, float]:
         """The infer request's own ``latency`` (ms) summed over the prefill and decode calls."""

@@ -33,8 +33,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.fixtures.genai_config import special_ids_beside
 from rtmatrix.numerics import StackReport
-from rtmatrix.runtimes.openvino.adapter import special_ids_beside
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.openvino_genai.stream import OvGenaiBackend
 
