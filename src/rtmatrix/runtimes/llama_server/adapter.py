@@ -35,12 +35,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.llama_cpp import reftool
 from rtmatrix.runtimes.llama_cpp.adapter import (
     EXTRA_BUFTS_DEFAULT,
     extra_buffer_types,
     flash_attn_mode,
     kv_args,
+    kv_types,
 )
 from rtmatrix.runtimes.llama_server import client
 from rtmatrix.runtimes.llama_server.driver import LlamaServerDriver
@@ -118,6 +120,7 @@ class LlamaServerAdapter(Adapter):
         self._backend: ServerStreamBackend | None = None
         self._props: dict[str, Any] = {}
         self._stopped: dict[str, Any] = {}
+        self._kv_asked: dict[str, str] = {}
 
     def configure(self, options: dict[str, Any]) -> None:
         self._opts = DEFAULTS | {k: v for k, v in options.items() if k in DEFAULTS}
@@ -182,6 +185,7 @@ class LlamaServerAdapter(Adapter):
             extra_buffer_types=extra_buffer_types(self._opts),
             extra_args=(*kv_args(params.options), *(str(a) for a in self._opts["server_args"])),
         )
+        self._kv_asked = kv_types(params.options)
         self._workdir = Path(tempfile.mkdtemp(prefix="rtmatrix-llama-server-"))
         argv = server_argv(tools.llama_server, self._cfg)
         self._server = ServerProcess(
@@ -404,6 +408,16 @@ class LlamaServerAdapter(Adapter):
                 except client.ServerError as exc:
                     out["metrics_at_end"] = {"error": str(exc)[:200]}
         return out
+
+    def stack_report(self, dtype: str | None) -> StackReport:
+        """Backend, kernels and effective numerics (StackReporting) from the server's own log
+        lines, read by the llama.cpp home's readers."""
+        from rtmatrix.runtimes.llama_cpp.stack import tensor_types
+        from rtmatrix.runtimes.llama_server import stack
+
+        lines = self._server.log_tail(200_000).splitlines() if self._server is not None else []
+        model = Path(self._cfg.model) if self._cfg is not None else Path()
+        return stack.report(self.evidence(), lines, dtype, tensor_types(model), self._kv_asked)
 
     def close(self) -> None:
         self._backend = None
