@@ -494,7 +494,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from rtmatrix.fixtures import FixtureError
     from rtmatrix.fixtures.spec import ExporterUnavailable
     from rtmatrix.matrix import MatrixError, load_matrix
-    from rtmatrix.report.upgrade import markdown, render_comparison
+    from rtmatrix.report.render import render_comparison
+    from rtmatrix.report.upgrade import markdown
     from rtmatrix.results import ResultError, load_run
     from rtmatrix.results.comparison import EXIT_BAD_INPUT as BAD
     from rtmatrix.results.diff import CheckError

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rtmatrix.results.changes import flatten
 from rtmatrix.results.explain import (
     explain,
-    flatten,
     normalize,
     one_side_lines,
     package_differences,

@@ -507,7 +507,7 @@ def test_a_merged_fleet_run_has_a_column_per_runtime_and_target(tmp_path: Path) 
 
 
 def test_a_comparisons_two_sides_stay_side_by_side(tmp_path: Path) -> None:
-    from rtmatrix.report.upgrade import render_comparison
+    from rtmatrix.report.render import render_comparison
     from tests.unit.test_upgrade import regression_doc, side_runs
 
     html = render_comparison(regression_doc(), side_runs(), tmp_path).read_text("utf-8")

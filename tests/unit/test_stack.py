@@ -16,8 +16,8 @@ from rtmatrix.fixtures import build_fixture
 from rtmatrix.fixtures.spec import get_spec
 from rtmatrix.metrics import stack
 from rtmatrix.numerics import Fact, Numerics, StackReport
+from rtmatrix.results.changes import stack_differences
 from rtmatrix.results.diff import compare_cells, default_checks
-from rtmatrix.results.explain import stack_differences
 from rtmatrix.runtimes.onnxruntime import stack as ort_stack
 
 ORT_EV = {

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rtmatrix.report.render import render_html
-from rtmatrix.report.upgrade import comparison_view, markdown, render_comparison, view
+from rtmatrix.report.render import render_comparison, render_html
+from rtmatrix.report.upgrade import comparison_view, markdown, view
 from rtmatrix.results.records import RunRecord
 from tests.browser.runs import XSS, sample_run, upgraded_run
 from tests.helpers.comparisons import KEY, comparison, record, rounds_of

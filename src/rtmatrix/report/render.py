@@ -12,6 +12,7 @@ import hashlib
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -148,3 +149,8 @@ def render_report(
     tmp.write_text(html, "utf-8")
     tmp.replace(path)
     return path
+
+
+def render_comparison(doc: dict[str, Any], runs: list[RunRecord], out_dir: Path) -> Path:
+    """``out_dir/index.html``: the comparison first, then the matrix of the sides' ``runs``."""
+    return render_report(runs, out_dir, comparison=upgrade.comparison_view(doc))

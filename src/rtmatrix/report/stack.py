@@ -8,7 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rtmatrix.report.views import Column, Item, Notes, Part, Row, Value, as_dict, cell_label
+from rtmatrix.report.views import (
+    Column,
+    Item,
+    Notes,
+    Part,
+    Row,
+    Value,
+    as_dict,
+    cell_label,
+    specialized,
+)
 from rtmatrix.results.records import CellRecord
 
 LAYERS = (
@@ -111,22 +121,3 @@ def host_changed(col: Column) -> list[Item]:
         return [Item("", (Part("", Value("nothing recorded as host-dependent", "")),))]
     text = "; ".join(f"{line} ({n} cell{'s' if n > 1 else ''})" for line, n in seen.items())
     return [Item("", (Part("", Value(text[:600], "", text, None, "v-WARN")),))]
-
-
-def specialized(col: Column) -> list[Item]:
-    names: set[str] = set()
-    fallbacks = 0
-    for _, c in col.cells:
-        k = as_dict(as_dict(as_dict(c.get("evidence")).get("stack")).get("kernels"))
-        fallbacks += bool(k.get("fallback"))
-        for key in ("matmul_kernels", "matmul_primitives"):
-            for per in as_dict(k.get(key)).values():
-                names |= set(as_dict(per))
-        names |= {f"{t}: {v}" for t, v in as_dict(k.get("by_tensor_type")).items()}
-        names |= {f"{op} (delegate)" for op in as_dict(k.get("on_delegate"))}
-    if not any(as_dict(as_dict(c.get("evidence")).get("stack")) for _, c in col.cells):
-        return [Item("", (Part("", Value("not recorded: no cell carries evidence.stack", "")),))]
-    text = "; ".join(sorted(names)) or "none named (the runtime reports no kernel choice)"
-    if fallbacks:
-        text += f" — {fallbacks} cell(s) with a kernel-level fallback"
-    return [Item("", (Part("", Value(text, "", "", None, "v-FAIL" if fallbacks else "")),))]

@@ -3,7 +3,8 @@
 Two sources:
 
 - a **paired comparison** (``rtmatrix compare``; the JSON of ``rtmatrix.results.comparison``):
-  :func:`comparison_view`, :func:`markdown` (the CI job summary) and :func:`render_comparison`
+  :func:`comparison_view`, :func:`markdown` (the CI job summary; the page:
+  :func:`rtmatrix.report.render.render_comparison`)
   (the HTML report: the comparison, then the matrix of the two sides' runs);
 - **two run files** (``rtmatrix report RUN --baseline BASE``; the JSON of
   ``rtmatrix.results.diff``, ``diff_runs(...).to_dict()``): :func:`view` — cells paired by key,
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rtmatrix.report.plots import Plot, Ratio, upgrade_ratios
@@ -437,10 +437,3 @@ def markdown(doc: dict[str, Any]) -> str:
     if v.notes:
         out += ["### Notes", ""] + [f"- {_txt(n)}" for n in v.notes] + [""]
     return "\n".join(out)
-
-
-def render_comparison(doc: dict[str, Any], runs: list[RunRecord], out_dir: Path) -> Path:
-    """``out_dir/index.html``: the comparison first, then the matrix of the sides' ``runs``."""
-    from rtmatrix.report.render import render_report
-
-    return render_report(runs, out_dir, comparison=comparison_view(doc))

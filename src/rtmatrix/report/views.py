@@ -1134,8 +1134,6 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
 
 
 def _specialized_kernels(col: Column) -> list[Item]:
-    from rtmatrix.report.stack import specialized
-
     return specialized(col)
 
 
@@ -1223,3 +1221,22 @@ def summary(runs: list[RunRecord], cols: list[Column]) -> Summary:
         for c in r["cells"]:
             out.verdicts[str(c["verdict"])] = out.verdicts.get(str(c["verdict"]), 0) + 1
     return out
+
+
+def specialized(col: Column) -> list[Item]:
+    names: set[str] = set()
+    fallbacks = 0
+    for _, c in col.cells:
+        k = as_dict(as_dict(as_dict(c.get("evidence")).get("stack")).get("kernels"))
+        fallbacks += bool(k.get("fallback"))
+        for key in ("matmul_kernels", "matmul_primitives"):
+            for per in as_dict(k.get(key)).values():
+                names |= set(as_dict(per))
+        names |= {f"{t}: {v}" for t, v in as_dict(k.get("by_tensor_type")).items()}
+        names |= {f"{op} (delegate)" for op in as_dict(k.get("on_delegate"))}
+    if not any(as_dict(as_dict(c.get("evidence")).get("stack")) for _, c in col.cells):
+        return [Item("", (Part("", Value("not recorded: no cell carries evidence.stack", "")),))]
+    text = "; ".join(sorted(names)) or "none named (the runtime reports no kernel choice)"
+    if fallbacks:
+        text += f" — {fallbacks} cell(s) with a kernel-level fallback"
+    return [Item("", (Part("", Value(text, "", "", None, "v-FAIL" if fallbacks else "")),))]

@@ -83,6 +83,7 @@ from rtmatrix.metrics.registry import FALLBACK_THRESHOLD as FALLBACK_THRESHOLD
 from rtmatrix.metrics.registry import Direction as Direction
 from rtmatrix.metrics.registry import direction_of as direction_of
 from rtmatrix.outcome import Status, Verdict
+from rtmatrix.results.changes import stack_differences
 from rtmatrix.results.records import CellRecord, MetricRecord, RunRecord
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
@@ -660,8 +661,6 @@ def compare_cells(
     """The pair's mark, with what differs in their four layers (``evidence.stack``) kept beside
     it: the first explanation a changed cell gets."""
     from dataclasses import replace
-
-    from rtmatrix.results.explain import stack_differences
 
     stack = [f"{s.name}: {s.a or '—'} -> {s.b or '—'}" for s in stack_differences(b, c)]
     return replace(_compare_cells(b, c, checks, alpha, machine), stack=stack)

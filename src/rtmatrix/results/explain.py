@@ -18,7 +18,6 @@ Every part comes from what was recorded, nothing is guessed:
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,6 +26,12 @@ from typing import Any
 
 import pandas as pd
 
+from rtmatrix.results.changes import (
+    SettingChange,
+    _short,
+    flatten,
+    stack_differences,
+)
 from rtmatrix.results.diff import outcome_rank
 from rtmatrix.results.paired import PairedCheck, PairedVerdict, decide
 from rtmatrix.results.records import CellRecord, evidence_of, value_of
@@ -65,7 +70,6 @@ LOG_KEYS = ("stderr_tail", "traceback_tail", "log_tail", "log_excerpt", "warning
 MAX_LOG_LINES = 12
 MAX_PACKAGES = 15
 MAX_STACK_LINES = 20
-MAX_VALUE_CHARS = 160
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _TMP = re.compile(r"(?:/tmp|/var/tmp|/var/folders|/private/var)/\S+")
 _NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
@@ -110,22 +114,7 @@ def package_differences(a: Mapping[str, str], b: Mapping[str, str]) -> list[Pack
 # --------------------------------------------------------------------------- settings
 
 
-def _short(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    text = _SPACE.sub(" ", text).strip()
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"
 
-
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings -> dotted keys; lists and scalars are leaves, empty mappings vanish."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out |= flatten(value, f"{name}.")
-        else:
-            out[name] = value
-    return out
 
 
 def _settings_of(record: CellRecord | None, side: Mapping[str, Any]) -> dict[str, Any]:
@@ -137,16 +126,6 @@ def _settings_of(record: CellRecord | None, side: Mapping[str, Any]) -> dict[str
         evidence = record.get("evidence") or {}
         out |= flatten({"evidence": {k: v for k, v in evidence.items() if k not in NOT_SETTINGS}})
     return out
-
-
-@dataclass(frozen=True)
-class SettingChange:
-    name: str
-    a: str | None
-    b: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "a": self.a, "b": self.b}
 
 
 def settings_differences(
@@ -172,28 +151,6 @@ def settings_differences(
 
 #: the layers of ``evidence.stack`` in the order their differences are listed: the kernel
 #: choice first (the explanation a user most needs), then backend, runtime, format
-STACK_ORDER = ("kernels", "backend", "runtime", "format")
-
-
-def stack_differences(rec_a: CellRecord | None, rec_b: CellRecord | None) -> list[SettingChange]:
-    """What differs between the two sides' ``evidence.stack``, layer by layer (kernels first)."""
-    out: list[SettingChange] = []
-    sa = evidence_of(rec_a).get("stack") or {}
-    sb = evidence_of(rec_b).get("stack") or {}
-    for layer in STACK_ORDER:
-        fa, fb = flatten({layer: sa.get(layer) or {}}), flatten({layer: sb.get(layer) or {}})
-        for name in sorted(set(fa) | set(fb)):
-            if fa.get(name) != fb.get(name):
-                out.append(
-                    SettingChange(
-                        name,
-                        None if fa.get(name) is None else _short(fa[name]),
-                        None if fb.get(name) is None else _short(fb[name]),
-                    )
-                )
-    return out
-
-
 def placement_of(record: CellRecord | None) -> dict[str, Any]:
     ev = evidence_of(record)
     return {k: ev[k] for k in ("placement", "layer_placement", "devices") if ev.get(k)}
