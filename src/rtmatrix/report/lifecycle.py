@@ -34,22 +34,14 @@ from rtmatrix.report.views import (
     varying_params,
 )
 from rtmatrix.results.records import CellRecord
+from rtmatrix.scenarios import SPECS
 
 MAX_TRACES = 60  # request traces listed per cell; the rest stay in the run record
 _MODE_KEYS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth_bytes")
 _MODE = re.compile(rf"^cancel_([a-z0-9]+)_(?:{'|'.join(_MODE_KEYS)}|to_last_token_s)$")
 _LEVEL = re.compile(r"^serve_c(\d+)_")
-SCENARIO_HELP = {
-    Scenario.STREAM: "tokens streamed through the runtime's own streaming API",
-    Scenario.CANCEL: (
-        "a long generation cancelled after k tokens, cycle after cycle, per cancel mode"
-    ),
-    Scenario.SERVE: "the runtime's own server on loopback, with concurrent streaming clients",
-    Scenario.SAMPLE: (
-        "the runtime's own sampler: seeds reproduced (twice, another process, other threads), "
-        "the stage order and first-token distribution against the numpy reference"
-    ),
-}
+#: what each lifecycle scenario measures, from the scenario registry
+SCENARIO_HELP = {sc: spec.help for sc, spec in SPECS.items()}
 
 
 @dataclass(frozen=True)
@@ -140,7 +132,7 @@ def _flagged(v: Value, bad: bool | None, why: str) -> Value:
 # --- stream ---------------------------------------------------------------------------------
 
 
-def _stream(cell: CellRecord, card: Card, notes: Notes) -> None:
+def stream_card(cell: CellRecord, card: Card, notes: Notes) -> None:
     card.facts += [
         Part("time to first chunk", _value(cell, "stream_ttft_s", notes)),
         Part("first token sampled", _value(cell, "stream_first_token_s", notes)),
@@ -348,7 +340,7 @@ def _prefill_probe(cell: CellRecord, notes: Notes) -> Value:
     return Value(v.text, v.source, title, v.note, v.css)
 
 
-def _cancel(cell: CellRecord, card: Card, notes: Notes) -> None:
+def cancel_card(cell: CellRecord, card: Card, notes: Notes) -> None:
     modes = cancel_modes(cell)
     _modes_table(cell, card, modes, notes)
     _state_table(cell, card, modes, notes)
@@ -424,7 +416,7 @@ def _levels_table(cell: CellRecord, card: Card, notes: Notes) -> None:
     )
 
 
-def _serve(cell: CellRecord, card: Card, notes: Notes) -> None:
+def serve_card(cell: CellRecord, card: Card, notes: Notes) -> None:
     _levels_table(cell, card, notes)
     _server_counters(cell, card, notes)
     _invariance(cell, card, notes)
@@ -711,14 +703,14 @@ def _card(col: Column, anchor: str, cell: CellRecord, vary: list[str], notes: No
         card.note = f"no data: {why}" + (f" ({card.message})" if card.message else "")
         card.checks_value = unavailable(why, notes)
         return card
-    views = {Scenario.STREAM: _stream, Scenario.CANCEL: _cancel, Scenario.SERVE: _serve,
-             Scenario.SAMPLE: _sample}  # fmt: skip
-    (_none if found is None else views.get(found, _none))(cell, card, notes)
+    spec = SPECS.get(found) if found is not None else None
+    render = (spec.hook("report") if spec is not None else None) or _none
+    render(cell, card, notes)
     _traces(cell, card)
     return card
 
 
-def _sample(cell: CellRecord, card: Card, notes: Notes) -> None:
+def sample_card(cell: CellRecord, card: Card, notes: Notes) -> None:
     """The sampler panel: parameters, the order documented and found, each check's result."""
     sampler = as_dict(as_dict(_m(cell, M.LIFECYCLE_CHECKS)).get("sampler"))
     params = as_dict(sampler.get("params"))

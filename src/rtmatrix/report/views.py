@@ -21,7 +21,7 @@ from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Source, Verdict
 from rtmatrix.results.records import CellRecord, MetricRecord, ParityRecord, RunRecord, value_of
 from rtmatrix.runtimes.llama_cpp.records import legacy_reference_tool
-from rtmatrix.scenarios import metric_prefixes
+from rtmatrix.scenarios import SPECS, metric_prefixes
 
 # Where a shown value came from: the metric sources, plus what the report derives itself.
 SOURCES: dict[str, tuple[str, str]] = {
@@ -993,22 +993,10 @@ def _lifecycle(col: Column, notes: Notes) -> list[Item]:
         if len(passed) == 2 and passed[0] != passed[1]:
             checks = Value(checks.text, checks.source, checks.title, checks.note, "v-FAIL")
         parts = [Part("checks", checks)]
-        if sc is Scenario.STREAM:
-            parts.append(Part("TTFT", metric_value(metrics.get("stream_ttft_s"), notes, "TTFT")))
-        elif sc is Scenario.CANCEL:
-            for key in metrics:
-                found_mode = re.fullmatch(r"cancel_([a-z0-9]+)_stop_latency_s", str(key))
-                if found_mode:
-                    parts.append(Part(found_mode.group(1), metric_value(metrics[key], notes)))
-        elif sc is Scenario.SERVE:
-            levels = sorted(
-                int(m.group(1))
-                for k in metrics
-                if (m := re.fullmatch(r"serve_c(\d+)_ttft_p50_s", str(k)))
-            )
-            if levels:
-                key = f"serve_c{levels[-1]}_ttft_p50_s"
-                parts.append(Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes)))
+        spec = SPECS.get(sc)
+        headline = spec.hook("headline") if spec is not None else None
+        if headline is not None:
+            parts += headline(metrics, notes)
         label = sc if [s for s, _ in found].count(sc) == 1 else f"{sc} {fixture_label(c)}"
         items.append(Item(label, tuple(parts)))
     return items
@@ -1240,3 +1228,29 @@ def specialized(col: Column) -> list[Item]:
     if fallbacks:
         text += f" — {fallbacks} cell(s) with a kernel-level fallback"
     return [Item("", (Part("", Value(text, "", "", None, "v-FAIL" if fallbacks else "")),))]
+
+
+def stream_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]:
+    """The stream scenario's headline: its time to first chunk."""
+    return [Part("TTFT", metric_value(metrics.get("stream_ttft_s"), notes, "TTFT"))]
+
+
+def cancel_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]:
+    """The cancel scenario's headline: each mode's stop latency."""
+    out = []
+    for key in metrics:
+        found_mode = re.fullmatch(r"cancel_([a-z0-9]+)_stop_latency_s", str(key))
+        if found_mode:
+            out.append(Part(found_mode.group(1), metric_value(metrics[key], notes)))
+    return out
+
+
+def serve_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]:
+    """The serve scenario's headline: TTFT p50 at its highest concurrency."""
+    levels = sorted(
+        int(m.group(1)) for k in metrics if (m := re.fullmatch(r"serve_c(\d+)_ttft_p50_s", str(k)))
+    )
+    if not levels:
+        return []
+    key = f"serve_c{levels[-1]}_ttft_p50_s"
+    return [Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes))]

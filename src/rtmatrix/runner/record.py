@@ -181,6 +181,17 @@ def numerics_judged(fin: Finished) -> Judged:
     return judged_as(dtype, report.numerics if report else None, fin.cell.runtime)
 
 
+def scenario_reference(fin: Finished) -> None:
+    """The cell's scenario's parent-side check against the reference, as its spec names it
+    (``ScenarioSpec.reference``); nothing for the plain generation."""
+    from rtmatrix.scenarios import spec_of
+
+    spec = spec_of(fin.cell.fixture.scenario)
+    hook = spec.hook("reference") if spec is not None else None
+    if hook is not None:
+        hook(fin)
+
+
 def invariance_reference(fin: Finished) -> None:
     """The ``serve`` scenario's batch-invariance requests against the numpy reference, as
     parity is: on the weights as the file stores them; a failed check joins the scenario's
@@ -230,7 +241,7 @@ def sampler_reference(fin: Finished) -> None:
     from rtmatrix.scenarios import sample
 
     scenario = fin.result.scenario if fin.result else None
-    if scenario is None or scenario.get("scenario") != "sample":
+    if scenario is None:
         return
     if fin.outcome.status is not Status.OK:
         return
@@ -344,8 +355,7 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         judged = (par.get("numerics") or {}).get("judged_as")
         dtype = judged or (fin.fixture.dtype if fin.fixture else None)
         par = parity.judged_by_quality(par, dtype, figures)
-    invariance_reference(fin)
-    sampler_reference(fin)
+    scenario_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
         outcome = replace(outcome, runtime_version=fin.result.runtime_version)

@@ -43,9 +43,18 @@ SPECS: dict[Scenario, ScenarioSpec] = {
             capability=Streaming,
             metric_prefix="stream_",
             see="stream_ttft_s, stream_token_gap_*",
+            help="tokens streamed through the runtime's own streaming API",
+            report="rtmatrix.report.lifecycle:stream_card",
+            headline="rtmatrix.report.views:stream_headline",
         ),
         ScenarioSpec(
-            name=Scenario.CANCEL, capability=Streaming, metric_prefix="cancel_", see="cancel_*"
+            name=Scenario.CANCEL,
+            capability=Streaming,
+            metric_prefix="cancel_",
+            see="cancel_*",
+            help="a long generation cancelled after k tokens, cycle after cycle, per cancel mode",
+            report="rtmatrix.report.lifecycle:cancel_card",
+            headline="rtmatrix.report.views:cancel_headline",
         ),
         ScenarioSpec(
             name=Scenario.SERVE,
@@ -58,9 +67,20 @@ SPECS: dict[Scenario, ScenarioSpec] = {
                 (key, "s", "tokens come from the server process it starts; see serve_startup_s")
                 for key in (M.COLD_FIRST_TOKEN, M.COLD_TOTAL)
             ),
+            help="the runtime's own server on loopback, with concurrent streaming clients",
+            report="rtmatrix.report.lifecycle:serve_card",
+            headline="rtmatrix.report.views:serve_headline",
+            reference="rtmatrix.runner.record:invariance_reference",
         ),
         ScenarioSpec(
-            name=Scenario.SAMPLE, capability=Sampling, metric_prefix="sample_", see="sample_*"
+            name=Scenario.SAMPLE,
+            capability=Sampling,
+            metric_prefix="sample_",
+            see="sample_*",
+            help="the runtime's own sampler: seeds reproduced (twice, another process, other "
+            "threads), the stage order and first-token distribution against the numpy reference",
+            report="rtmatrix.report.lifecycle:sample_card",
+            reference="rtmatrix.runner.record:sampler_reference",
         ),
     )
 }

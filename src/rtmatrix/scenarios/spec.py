@@ -161,10 +161,28 @@ class ScenarioSpec:
     alternative: Alternative | None = None
     #: core metrics the scenario cannot measure beside the plain generation's: (metric, unit, why)
     unmeasured: tuple[tuple[M, str, str], ...] = ()
+    #: one line of what the scenario measures (the report's lifecycle panel, --help)
+    help: str = ""
+    #: the report's card of one cell (``module:function(cell, card, notes)``)
+    report: str = ""
+    #: the selection matrix's headline parts of one cell (``module:function(metrics, notes)``)
+    headline: str = ""
+    #: the parent's check against the reference after the cell (``module:function(finished)``)
+    reference: str = ""
 
     @property
     def module(self) -> str:
         return f"rtmatrix.scenarios.{self.name.value}"
+
+    def hook(self, which: str) -> Callable[..., Any] | None:
+        """One of the spec's lazy functions (``report``, ``headline``, ``reference``), imported
+        now; None when the scenario has none."""
+        target = str(getattr(self, which))
+        if not target:
+            return None
+        module, _, name = target.partition(":")
+        fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
+        return fn
 
     def impl(self) -> ScenarioImpl:
         """The implementation (its module imported now)."""
