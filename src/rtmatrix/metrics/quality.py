@@ -27,13 +27,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from rtmatrix.metrics import registry
 from rtmatrix.names import M
 from rtmatrix.outcome import Metric, Source
 
 DEFAULT_POSITIONS = 512
 QUALITY_METRICS = (M.KLD_MEAN, M.KLD_P99, M.SAME_TOP, M.PPL, M.PPL_REFERENCE)
-_UNITS = {M.KLD_MEAN: "nats", M.KLD_P99: "nats", M.SAME_TOP: "%", M.PPL: "ppl",
-          M.PPL_REFERENCE: "ppl"}  # fmt: skip
+_UNITS = {m: registry.unit_of(m) for m in QUALITY_METRICS}
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,8 @@ def figures(
     if anchor:
         kld_detail["anchor_window"] = window(kld, same_rows, anchor)
     return {
-        M.KLD_MEAN: Metric(float(kld.mean()), "nats", src, detail=kld_detail),
-        M.KLD_P99: Metric(float(np.percentile(kld, 99)), "nats", src, detail=detail),
+        M.KLD_MEAN: Metric(float(kld.mean()), _UNITS[M.KLD_MEAN], src, detail=kld_detail),
+        M.KLD_P99: Metric(float(np.percentile(kld, 99)), _UNITS[M.KLD_P99], src, detail=detail),
         M.SAME_TOP: Metric(same, "%", src, detail=detail),
         M.PPL: Metric(float(np.exp(nll_rt.mean())), "ppl", src, detail=detail),
         M.PPL_REFERENCE: Metric(float(np.exp(nll_ref.mean())), "ppl", src, detail=detail),

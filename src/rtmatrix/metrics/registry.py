@@ -63,6 +63,11 @@ class MetricSpec:
     gated: bool = False
     group: str | None = None
     axis: Axis | None = None
+    #: its place among the metrics the report ranks (the selection's best/ties) and the history
+    #: follows (1 first); 0: not ranked
+    ranked: int = 0
+    #: its per-round noise is measured by the A/A ledger (``rtmatrix compare``)
+    noise: bool = False
 
 
 _H, _L = Direction.HIGHER, Direction.LOWER
@@ -70,25 +75,30 @@ _TPS, _MIB, _MS = "tokens/s", 2.0**-20, 1e3
 
 # order matters: the compared metrics first, in the order diff, the gate and the CLI list them
 _SPECS = (
-    MetricSpec(M.PP_TPS, _TPS, "PP", _H, 0.10, True, GROUP_THROUGHPUT, Axis("PP tokens/s")),
-    MetricSpec(M.TG_TPS, _TPS, "TG", _H, 0.10, True, GROUP_THROUGHPUT, Axis("TG tokens/s")),
+    MetricSpec(M.PP_TPS, _TPS, "PP", _H, 0.10, True, GROUP_THROUGHPUT, Axis("PP tokens/s"),
+               ranked=1, noise=True),
+    MetricSpec(M.TG_TPS, _TPS, "TG", _H, 0.10, True, GROUP_THROUGHPUT, Axis("TG tokens/s"),
+               ranked=2, noise=True),
     MetricSpec(M.PP_TPS_COUNTER, _TPS, "PP ctr", _H, 0.10),
     MetricSpec(M.TG_TPS_COUNTER, _TPS, "TG ctr", _H, 0.10),
-    MetricSpec(M.TTFT, "s", "TTFT", _L, 0.10),
-    MetricSpec(M.TPOT, "s", "TPOT", _L, 0.10),
+    MetricSpec(M.TTFT, "s", "TTFT", _L, 0.10, ranked=3),
+    MetricSpec(M.TPOT, "s", "TPOT", _L, 0.10, ranked=4),
     MetricSpec(M.TOKEN_P50, "s", "p50", _L, 0.25),
     MetricSpec(M.TOKEN_P90, "s", "p90", _L, 0.25),
     MetricSpec(M.COLD_PROCESS, "s", "process", _L, 0.50, group=GROUP_COLD_START),
     MetricSpec(M.COLD_IMPORT, "s", "import", _L, 0.50, group=GROUP_COLD_START),
     MetricSpec(M.COLD_LOAD, "s", "load", _L, 0.50, group=GROUP_COLD_START),
     MetricSpec(M.COLD_FIRST_TOKEN, "s", "first token", _L, 0.50, group=GROUP_COLD_START),
-    MetricSpec(M.COLD_TOTAL, "s", "cold start", _L, 0.50, axis=Axis("cold start (ms)", _MS)),
+    MetricSpec(
+        M.COLD_TOTAL, "s", "cold start", _L, 0.50, axis=Axis("cold start (ms)", _MS), ranked=6
+    ),
     MetricSpec(M.PEAK_RSS_SAMPLED, "bytes", "peak RSS sampled", _L, 0.10),
     MetricSpec(
-        M.PEAK_RSS_OS, "bytes", "peak RSS", _L, 0.10, True, axis=Axis("peak RSS (MiB)", _MIB)
+        M.PEAK_RSS_OS, "bytes", "peak RSS", _L, 0.10, True, axis=Axis("peak RSS (MiB)", _MIB),
+        ranked=5,
     ),
     MetricSpec(M.PACKAGE_SIZE, "bytes", "package size", _L, 0.20, True),
-    MetricSpec(M.ENERGY, "J", "energy", _L, 0.10),
+    MetricSpec(M.ENERGY, "J", "energy", _L, 0.10, ranked=7),
     MetricSpec(M.POWER, "W", "power", _L, 0.10),
     # measured, but not compared by default
     MetricSpec(M.ENERGY_PREFILL, "J", "prefill energy", _L),
@@ -128,6 +138,16 @@ def spec(name: str) -> MetricSpec:
 
 def unit_of(name: str) -> str:
     return spec(name).unit
+
+
+def ranked() -> tuple[M, ...]:
+    """The metrics the report ranks and the history follows, in registry order."""
+    return tuple(s.name for s in sorted((s for s in _SPECS if s.ranked), key=lambda s: s.ranked))
+
+
+def noise_metrics() -> tuple[str, ...]:
+    """The metrics whose per-round noise the A/A ledger measures."""
+    return tuple(str(s.name) for s in _SPECS if s.noise)
 
 
 def direction_of(name: str) -> Direction | None:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from rtmatrix.metrics import registry
 from rtmatrix.names import M
 from rtmatrix.report.plots import HIST_PANELS, PALETTE, HistLine, HistPoint, Plot, history_plot
 from rtmatrix.report.views import (
@@ -57,15 +58,7 @@ from rtmatrix.results.export import tidy
 from rtmatrix.results.records import CellRecord, RunRecord
 
 #: the figures whose spread the selection matrix shows and the history plots follow
-TRACKED = (
-    M.PP_TPS,
-    M.TG_TPS,
-    M.TTFT,
-    M.TPOT,
-    M.PEAK_RSS_OS,
-    M.COLD_TOTAL,
-    M.ENERGY,
-)
+TRACKED = registry.ranked()
 CELL_COLUMNS = (
     "run_id", "created", "order", "matrix", "runtime", "version", "key", "row", "label",
     "sha256", "contended", "busy_cores", "status", "verdict", "error_kind", "anchor",

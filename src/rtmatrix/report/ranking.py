@@ -25,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rtmatrix.names import M
+from rtmatrix.metrics import registry
 from rtmatrix.report.views import Column, Rank, Spread, as_dict, headline_cells, row_key
 from rtmatrix.results.diff import DEFAULT_ALPHA, Direction, direction_of
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
-RANKED = (M.PP_TPS, M.TG_TPS, M.TTFT, M.TPOT, M.PEAK_RSS_OS, M.COLD_TOTAL, M.ENERGY)
+#: the ranked metrics, from the metric registry (``MetricSpec.ranked``)
+RANKED = registry.ranked()
 MIN_RUNS = 3  # run medians are compared when both rows have at least this many
 
 

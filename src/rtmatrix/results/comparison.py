@@ -39,6 +39,7 @@ from typing import Any
 
 import pandas as pd
 
+from rtmatrix.metrics import registry
 from rtmatrix.outcome import Verdict
 from rtmatrix.results.diff import KNOWN_METRICS, Mark, direction_of, outcome_mark, outcome_rank
 from rtmatrix.results.explain import Explanation, explain, package_differences
@@ -455,7 +456,7 @@ def _notes(cells: Sequence[CellResult], rounds: pd.DataFrame) -> list[str]:
 
 #: the A/A ledger ``benchmarks/compare_quality.py`` appends to (a source checkout has it)
 LEDGER = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "compare_quality_ledger.csv"
-NOISE_METRICS = ("tg_tps", "pp_tps")
+NOISE_METRICS = tuple(reversed(registry.noise_metrics()))  # tg_tps, pp_tps
 
 
 def typical_noise(ledger: Path = LEDGER, mode: str = "sequential") -> dict[str, tuple[float, int]]:

@@ -19,7 +19,7 @@ from rtmatrix.fixtures.prepare import reference_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix, options_text
 from rtmatrix.metrics import cell as cell_metrics
-from rtmatrix.metrics import host, package, parity, quality
+from rtmatrix.metrics import host, package, parity, quality, registry
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading, gated_reading
 from rtmatrix.metrics.quality import QualityPlan
 from rtmatrix.names import M, Scenario
@@ -475,7 +475,7 @@ def quality_reference(m: dict[str, Any], tool: dict[str, Any]) -> dict[M, Metric
     difference of same-top % in points (``tool``: the reference task's ``quality``)."""
     names = (M.KLD_REFERENCE, M.SAME_TOP_REFERENCE, M.KLD_REFERENCE_RATIO,
              M.SAME_TOP_REFERENCE_DIFF)  # fmt: skip
-    units = ("nats", "%", "ratio", "points")
+    units = tuple(registry.unit_of(n) for n in names)
     if "unavailable" in tool:
         why = f"the runtime's quality tool: {tool['unavailable']}"
         return {n: Metric.unavailable(u, why) for n, u in zip(names, units, strict=True)}
@@ -483,13 +483,13 @@ def quality_reference(m: dict[str, Any], tool: dict[str, Any]) -> dict[M, Metric
     src = Source.REFERENCE_TOOL
     kld_ref = Metric(
         float(tool["kld_mean"]),
-        "nats",
+        registry.unit_of(M.KLD_REFERENCE),
         src,
         detail=evidence | {"uncertainty": tool.get("kld_mean_uncertainty")},
     )
     top_ref = Metric(
         float(tool["same_top_pct"]),
-        "%",
+        registry.unit_of(M.SAME_TOP_REFERENCE),
         src,
         detail=evidence | {"uncertainty": tool.get("same_top_pct_uncertainty")},
     )
