@@ -158,3 +158,28 @@ def test_no_control_runs_where_the_setting_is_already_off_or_control_is_refused(
     refused = cells["fast_nocontrol"]
     assert refused["outcome"]["status"] == "crash" and "control" not in refused
     assert "runtime_log_at_crash" in refused["evidence"]
+
+
+def _numerics_rec(par: dict[str, Any], status: str = "ok") -> dict[str, Any]:
+    num = {"control": {"precision": "f32"}, "control_explains": "PRECISION"}
+    return {"outcome": {"status": status}, "parity": par,
+            "evidence": {"stack": {"numerics": num}}}  # fmt: skip
+
+
+def test_a_numerics_control_follows_the_precision_not_a_scenarios_own_checks() -> None:
+    from rtmatrix.runner.control import numerics_control_for
+
+    c = cell()
+    outside = {"status": "measured", "within_tolerance": True,
+               "numerics": {"downgraded": True, "within_requested_tolerance": False}}  # fmt: skip
+    ctl = numerics_control_for(c, _numerics_rec(outside))
+    assert ctl is not None and ctl.options == {"precision": "f32"} and ctl.source == "numerics"
+    broken = {"status": "measured", "within_tolerance": False}
+    assert numerics_control_for(c, _numerics_rec(broken, "wrong-output")) is not None
+    held = {"status": "measured", "within_tolerance": True,
+            "numerics": {"downgraded": True, "within_requested_tolerance": True}}  # fmt: skip
+    assert numerics_control_for(c, _numerics_rec(held)) is None
+    scenario = {"status": "unavailable", "reason": "a lifecycle cell"}
+    assert numerics_control_for(c, _numerics_rec(scenario, "wrong-output")) is None
+    asked = cell(options="{ precision = 'f32' }")
+    assert numerics_control_for(asked, _numerics_rec(broken)) is None

@@ -123,8 +123,9 @@ def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None
 def numerics_control_for(cell: Cell, rec: dict[str, Any]) -> Control | None:
     """The numerics control for a cell expected to run: the options its runtime's home says
     force the requested precision (``evidence.stack.numerics.control``), when the cell computed
-    below it and its outputs left the requested dtype's tolerance, or its parity failed; None
-    when no home declared such options or the cell already runs with them."""
+    below it and its outputs left the requested dtype's tolerance, or its parity against the
+    reference failed; None when no home declared such options, the cell already runs with them,
+    or only a lifecycle scenario's own checks failed."""
     if cell.expect is not Expect.OK or cell.crash_control is False:
         return None
     numerics = ((rec.get("evidence") or {}).get("stack") or {}).get("numerics") or {}
@@ -133,9 +134,12 @@ def numerics_control_for(cell: Cell, rec: dict[str, Any]) -> Control | None:
         return None
     if all(cell.options.get(k) == v for k, v in options.items()):
         return None
-    judged = (rec.get("parity") or {}).get("numerics") or {}
+    par = rec.get("parity") or {}
+    judged = par.get("numerics") or {}
     outside = bool(judged.get("downgraded")) and judged.get("within_requested_tolerance") is False
-    if not outside and rec["outcome"]["status"] != "wrong-output":
+    # parity failed (a lifecycle check's failure is its scenario's: no precision control)
+    broken = par.get("status") == "measured" and par.get("within_tolerance") is False
+    if not outside and not broken:
         return None
     explains = str(numerics.get("control_explains") or "")
     return Control(dict(options), explains, "", "numerics")
