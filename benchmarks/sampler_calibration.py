@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=2000, help="samples per calibration row")
     ap.add_argument("--power-seeds", type=int, default=500, help="samples per power row")
     ap.add_argument("--draws", type=int, default=400)
-    ap.add_argument("--alpha", type=float, default=0.01)
+    ap.add_argument("--alpha", type=float, default=0.001)
     ap.add_argument("--no-small", action="store_true", help="random logits only")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args(argv)

@@ -103,7 +103,7 @@ def test_bad_options_are_refused() -> None:
 
 def test_the_options_are_typed_with_their_defaults() -> None:
     opts = sample.SampleOptions.from_job(job(top_k=None, seed="7"))
-    assert opts.top_k == 0 and opts.seed == 7 and opts.draws == 300 and opts.sample_alpha == 0.01
+    assert opts.top_k == 0 and opts.seed == 7 and opts.draws == 300 and opts.sample_alpha == 0.001
     assert opts.params() == {
         "temperature": 2.0, "top_k": 0, "top_p": 0.5, "min_p": 0.0, "repeat_penalty": 1.0
     }  # fmt: skip

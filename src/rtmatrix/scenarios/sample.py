@@ -86,7 +86,7 @@ class SampleOptions(ScenarioOptions):
     seed: int = 1234
     draws: int = 400
     sample_tokens: int = 32
-    sample_alpha: float = 0.01
+    sample_alpha: float = 0.001
     sample_processes: bool = True
     constrained_draws: int = 10
     constrained_tokens: int = 64
