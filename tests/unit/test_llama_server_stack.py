@@ -27,3 +27,10 @@ def test_the_servers_kv_cache_and_attention_are_read_from_its_log() -> None:
 def test_a_log_without_the_kv_line_says_so() -> None:
     num = stack.report(EV, LINES[:2], "f32", {"F32": 30}, {}).numerics
     assert num.kv_cache is None and num.unavailable and not num.control
+
+
+def test_an_attention_path_the_log_does_not_resolve_is_unknown_not_guessed() -> None:
+    ev = {"flash_attn": {"requested": "auto", "resolved": "not in the log"}}
+    num = stack.report(ev, LINES, "f32", {"F32": 30}, {}).numerics
+    assert num.attention is not None and num.attention.value == "unknown"
+    assert "not in the log" in num.attention.said and "llama-server" in num.attention.source

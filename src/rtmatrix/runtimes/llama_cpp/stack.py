@@ -77,41 +77,44 @@ def backend(ev: dict[str, Any]) -> dict[str, Any]:
     return out or unavailable("llama.cpp reported no system info")
 
 
-def _kv(settings: dict[str, Any]) -> Fact | None:
+def _kv(settings: dict[str, Any], log: str) -> Fact | None:
     kv = settings.get("kv_cache") or {}
     if "type_k" not in kv:
         return None
     k, v = str(kv["type_k"]), str(kv["type_v"])
     worst = max((precision(k) or "f32", precision(v) or "f32"), key=PRECISION_ORDER.index)
     asked = kv.get("requested") or {}
-    return Fact(worst, f"K ({k}), V ({v})", f"{_LOG}: {kv.get('line', '')}".strip(),
+    return Fact(worst, f"K ({k}), V ({v})", f"{log}: {kv.get('line', '')}".strip(),
                 default=not asked)  # fmt: skip
 
 
-def _attention(settings: dict[str, Any]) -> Fact | None:
+def _attention(settings: dict[str, Any], log: str) -> Fact | None:
     eff = settings.get("effective") or {}
     resolved = eff.get("flash_attn_resolved")
     asked = eff.get("flash_attn")
     if resolved is None and asked is None:
         return None
-    on = (resolved or asked) in ("enabled", "on", "1", "true")
+    requested = (settings.get("requested") or {}).get("flash_attn")
+    default = requested in (None, "auto")
     said = f"flash_attn = {asked}" + (f", resolved to {resolved}" if resolved else "")
+    if resolved is None and str(asked).lower() not in ("on", "off", "enabled", "disabled"):
+        return Fact("unknown", f"{said}; how it resolved is not in the log", log,
+                    default=default)  # fmt: skip
+    on = (resolved or asked) in ("enabled", "on", "1", "true")
     what = "flash attention (FLASH_ATTN_EXT: f16 mask, f16 K/V products on the CPU)" if on \
         else "standard attention (KQ matmul, softmax, KQV matmul)"  # fmt: skip
-    requested = (settings.get("requested") or {}).get("flash_attn")
-    return Fact("flash" if on else "standard", f"{what}; {said}", _LOG,
-                default=requested in (None, "auto"))  # fmt: skip
+    return Fact("flash" if on else "standard", f"{what}; {said}", log, default=default)
 
 
-def _layout(settings: dict[str, Any]) -> Fact | None:
+def _layout(settings: dict[str, Any], log: str) -> Fact | None:
     extra = (settings.get("extra_buffer_types") or {}).get("extra_in_use") or []
     if not extra:
         return Fact("as stored", "no extra buffer types in use (weights as the file stores them)",
-                    _LOG)  # fmt: skip
+                    log)  # fmt: skip
     requested = (settings.get("extra_buffer_types") or {}).get("requested", True)
     return Fact(f"repacked: {', '.join(extra)}",
                 f"model buffers {', '.join(extra)}: weights repacked for this host's kernels",
-                _LOG, default=bool(requested), host_dependent=True)  # fmt: skip
+                log, default=bool(requested), host_dependent=True)  # fmt: skip
 
 
 def numerics(ev: dict[str, Any], dtype: str | None, types: dict[str, int]) -> Numerics:
@@ -122,20 +125,23 @@ def numerics(ev: dict[str, Any], dtype: str | None, types: dict[str, int]) -> Nu
         p = _MATMUL.get(big)
         matmul = Fact(p or big.lower(), f"{big} weights (×{types[big]} tensors) through the "
                       "ggml CPU backend", "the GGUF file's tensor types")  # fmt: skip
-    kv = _kv(settings)
+    log = str(ev.get("log_source") or _LOG)
+    kv = _kv(settings, log)
     act = None
     if big is not None and (big.startswith("Q") or big.startswith("IQ")):
-        said = (f"{big} weights: ggml's CPU dot products quantize the activations to Q8_0/Q8_K "
-                "blocks (the type's vec_dot_type)")
+        said = (
+            f"{big} weights: ggml's CPU dot products quantize the activations to Q8_0/Q8_K "
+            "blocks (the type's vec_dot_type)"
+        )
         act = Fact("i8", said, "ggml CPU backend type traits")
     control = dict(F32_KV_CONTROL) if dtype == "f32" and kv is not None and \
         kv.value != "f32" else {}  # fmt: skip
     return Numerics(
         devices=["cpu"] + [f"gpu:{d}" for d in ev.get("layer_placement") or {} if d != "CPU"],
         matmul=matmul,
-        attention=_attention(settings),
+        attention=_attention(settings, log),
         kv_cache=kv,
-        weight_layout=_layout(settings),
+        weight_layout=_layout(settings, log),
         activation_quantization=act,
         control=control,
         control_explains=F32_KV_EXPLAINS if control else "",

@@ -23,6 +23,7 @@ def as_llama_evidence(ev: dict[str, Any], lines: Sequence[str], kv_asked: dict[s
     buffers = {m.group(1): m.group(2) for ln in lines if (m := _BUFFER_LINE.search(ln))}
     ebt = ev.get("extra_buffer_types") or {}
     return {
+        "log_source": "llama-server's own log (its stderr)",
         "system_info": next((ln for ln in lines if "system_info" in ln), ""),
         "settings": {
             "requested": {"flash_attn": fa.get("requested")},
@@ -41,7 +42,10 @@ def as_llama_evidence(ev: dict[str, Any], lines: Sequence[str], kv_asked: dict[s
                 "requested": kv_asked,
             }
             if kv
-            else {"unavailable": "no KV-cache line in llama-server's log"},
+            else {
+                "unavailable": "no KV-cache line in llama-server's log (it logs it from "
+                "verbosity 4: server_args = ['--log-verbosity', '4'])"
+            },
         },
     }
 
