@@ -126,6 +126,40 @@ class Repetition(_Doc):
     energy: dict[str, Any] | None = None
 
 
+@dataclass
+class QualityPass(_Doc):
+    """The teacher-forced pass over ``Job.quality_ids`` (its logits are ``QUALITY_LOGITS``
+    beside the result): positions scored, wall time, the runtime's tokenizer against the
+    harness's, or why the pass failed (the timed figures stand)."""
+
+    _what: ClassVar[str] = "result.quality"
+
+    positions: int = 0
+    wall_s: float | None = None
+    #: ``agree``, token counts and the first mismatch; or ``{"unavailable": why}``
+    tokenizer: dict[str, Any] | None = None
+    error: str | None = None
+    traceback_tail: str | None = None
+
+
+@dataclass(frozen=True)
+class TurnsRecord(_Doc):
+    """How the counted repetitions took turns (``Job.turns``, ``compare --mode alternate``)."""
+
+    _what: ClassVar[str] = "result.turns"
+
+    #: repetitions run on a granted turn (warm-up included)
+    gated_reps: int = 0
+    #: why the worker stopped waiting for turns (None: it never did)
+    released: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"gated_reps": self.gated_reps}
+        if self.released:
+            out["released"] = self.released
+        return out
+
+
 class WorkerStatus(StrEnum):
     OK = "ok"
     ERROR = "error"
@@ -140,6 +174,8 @@ class WorkerResult(_Doc):
         "reps": Repetition,
         "warmup": Repetition,
         "stack": StackReport,
+        "quality": QualityPass,
+        "turns": TurnsRecord,
     }
     _what: ClassVar[str] = "result"
 
@@ -167,12 +203,12 @@ class WorkerResult(_Doc):
     scenario: dict[str, Any] | None = None
     power: dict[str, Any] | None = None
     #: how the counted repetitions took turns (``Job.turns``): gated count, why released
-    turns: dict[str, Any] | None = None
+    turns: TurnsRecord | None = None
     #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence, and
     #: ``quality`` (the quality tool's figures, or ``{"unavailable": reason}``) when asked
     reference: dict[str, Any] | None = None
     #: the teacher-forced pass over ``Job.quality_ids`` (positions, wall time, tokenizer check)
-    quality: dict[str, Any] | None = None
+    quality: QualityPass | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rtmatrix.protocol import TurnsRecord
+
 GO, DONE = b"g", b"d"
 SOCKET_NAME = "turns.sock"
 #: how long the parent waits for both workers to reach their first turn (they import and load)
@@ -98,11 +100,8 @@ class TurnGate:
                 self.sock.close()
             self.sock = None
 
-    def evidence(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"gated_reps": self.gated}
-        if self.released:
-            out["released"] = self.released
-        return out
+    def evidence(self) -> TurnsRecord:
+        return TurnsRecord(gated_reps=self.gated, released=self.released or None)
 
 
 # --------------------------------------------------------------------------- parent side

@@ -26,6 +26,7 @@ from rtmatrix.protocol import (
     Job,
     PhaseEvent,
     ProtocolError,
+    QualityPass,
     Repetition,
     WorkerResult,
 )
@@ -233,19 +234,19 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
 
     text_ids = list(job.quality_ids or [])
     ids = text_ids[: job.quality_positions + 1]
-    info: dict[str, Any] = {"positions": len(ids) - 1}
+    info = QualityPass(positions=len(ids) - 1)
     if job.quality_text is not None:
         own: list[int] | None = None
         if isinstance(adapter, Tokenizing):
             try:
                 own = adapter.tokenize_text(job.quality_text)
             except RuntimeUnavailable as exc:  # no tokenizer for this model: said, not fatal
-                info["tokenizer"] = {"unavailable": str(exc)}
+                info.tokenizer = {"unavailable": str(exc)}
         if own is not None:
             pairs = enumerate(zip(own, text_ids, strict=False))
             shorter = None if len(own) == len(text_ids) else min(len(own), len(text_ids))
             first = next((i for i, (a, b) in pairs if a != b), shorter)
-            info["tokenizer"] = {
+            info.tokenizer = {
                 "agree": first is None,
                 "runtime_tokens": len(own),
                 "harness_tokens": len(text_ids),
@@ -253,8 +254,8 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
                 "runtime_ids_at_mismatch": own[first : first + 5] if first is not None else [],
                 "harness_ids_at_mismatch": text_ids[first : first + 5] if first is not None else [],
             }
-        elif "tokenizer" not in info:
-            info["tokenizer"] = {"unavailable": missing(adapter, Tokenizing, "tokenizer check")}
+        elif info.tokenizer is None:
+            info.tokenizer = {"unavailable": missing(adapter, Tokenizing, "tokenizer check")}
     t0 = time.perf_counter()
     adapter.reset()
     adapter.prefill(ids[:1])
@@ -262,7 +263,7 @@ def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> Non
     for token in ids[1:-1]:
         adapter.decode(token)
         rows.append(adapter.last_logits())
-    info["wall_s"] = time.perf_counter() - t0
+    info.wall_s = time.perf_counter() - t0
     np.save(job_dir / QUALITY_LOGITS, np.stack(rows).astype(np.float32))
     result.quality = info
 
@@ -401,10 +402,9 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
                     _quality(adapter, job, job_dir, result)
                 except Exception as exc:  # the timed figures stand; the pass says why it failed
                     why = f"{type(exc).__name__}: {exc}"
-                    result.quality = {
-                        "error": why,
-                        "traceback_tail": traceback.format_exc()[-2000:],
-                    }
+                    result.quality = QualityPass(
+                        error=why, traceback_tail=traceback.format_exc()[-2000:]
+                    )
         enter("evidence")
         result.evidence = collect_evidence(adapter) | {"launch": launch_evidence()}
         _stack(adapter, job, result)

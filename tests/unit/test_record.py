@@ -7,7 +7,7 @@ import pytest
 
 from rtmatrix.metrics.contention import ContentionReading
 from rtmatrix.outcome import Metric, Source
-from rtmatrix.protocol import WorkerResult
+from rtmatrix.protocol import QualityPass, WorkerResult
 from rtmatrix.runner.record import reference_metrics
 
 
@@ -68,7 +68,7 @@ def test_a_failed_quality_pass_is_unavailable_with_its_reason(tmp_path: Path) ->
         "[[runtimes]]\nname = 'llama_cpp'\n[[fixtures]]\nmodel = 'tiny'\n", tmp_path / "m.toml"
     ).cells()[0]
     plan = QualityPlan("m", "quality.txt", "t", [1, 2, 3], 2)
-    result = WorkerResult(status="ok", quality={"error": "RuntimeError: decode failed"})
+    result = WorkerResult(status="ok", quality=QualityPass(error="RuntimeError: decode failed"))
     ok = CellOutcome(Status.OK, "completed")
     fin = Finished(cell, ok, result=result, job_dir=tmp_path, quality=plan)
     out = quality_for(fin, plan)

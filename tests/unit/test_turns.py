@@ -47,7 +47,7 @@ def test_two_workers_take_turns_one_at_a_time_in_abba_order() -> None:
     starts = [e[0] for e in log if e.endswith("+")]
     assert starts == list("baabba")
     assert all(log[i][0] == log[i + 1][0] for i in range(0, len(log), 2))  # never overlapping
-    assert gates["a"].evidence() == {"gated_reps": 3}
+    assert gates["a"].evidence().to_dict() == {"gated_reps": 3}
 
 
 def test_a_side_that_dies_releases_the_other_which_runs_ungated() -> None:
@@ -71,4 +71,7 @@ def test_a_gate_without_a_listener_runs_ungated() -> None:
     gate.wait()
     gate.done()
     assert gate.gated == 0 and "cannot connect" in str(gate.released)
-    assert TurnGate(None).evidence() == {"gated_reps": 0, "released": "no turn socket in the job"}
+    assert TurnGate(None).evidence().to_dict() == {
+        "gated_reps": 0,
+        "released": "no turn socket in the job",
+    }

@@ -115,9 +115,9 @@ def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
     path = fin.job_dir / QUALITY_LOGITS if fin.job_dir else None
     if fin.outcome.status is not Status.OK:
         return quality.unavailable(f"cell outcome is {fin.outcome.status}")
-    ran = (fin.result.quality if fin.result else None) or {}
-    if ran.get("error"):
-        return quality.unavailable(f"the teacher-forced pass failed: {ran['error']}")
+    ran = fin.result.quality if fin.result else None
+    if ran is not None and ran.error:
+        return quality.unavailable(f"the teacher-forced pass failed: {ran.error}")
     if path is None or not path.exists():
         return quality.unavailable("the worker wrote no teacher-forced logits")
     try:
@@ -125,8 +125,8 @@ def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
     except (FixtureError, ExporterUnavailable, OSError) as exc:
         return quality.unavailable(f"the f32 reference could not be built: {exc}")
     detail = plan.detail() | {
-        "tokenizer": ran.get("tokenizer"),
-        "teacher_forced_wall_s": ran.get("wall_s"),
+        "tokenizer": ran.tokenizer if ran else None,
+        "teacher_forced_wall_s": ran.wall_s if ran else None,
     }
     anchor = quality.anchor_n_ctx(plan)
     return quality.figures(np.load(path), ref, plan.ids[1:], detail, anchor)
@@ -270,8 +270,8 @@ def contention(fin: Finished) -> ContentionReading | None:
         return None
     threshold = float(fin.cell.run.get("contention_threshold_cores", DEFAULT_THRESHOLD_CORES))
     reps = fin.result.reps if fin.result else []
-    turns = (fin.result.turns if fin.result else None) or {}
-    if reps and turns.get("gated_reps"):  # the other side ran between these repetitions
+    turns = fin.result.turns if fin.result else None
+    if reps and turns is not None and turns.gated_reps:  # the other side ran in between
         return gated_reading(lau.cpu, [(r.t_start, r.t_end) for r in reps], threshold)
     if reps:
         t0, t1 = min(r.t_start for r in reps), max(r.t_end for r in reps)
@@ -320,7 +320,7 @@ def _evidence(fin: Finished) -> dict[str, Any]:
     if result and result.traceback_tail:
         ev["traceback_tail"] = result.traceback_tail
     if result and result.turns is not None:
-        ev["turns"] = result.turns  # how the counted repetitions took turns (alternate)
+        ev["turns"] = result.turns.to_dict()  # how the counted repetitions took turns
     if fin.launch:
         ev["leaked_processes"] = [lp.to_dict() for lp in fin.launch.leaked]
         ev["process_tracking"] = fin.launch.tracking
