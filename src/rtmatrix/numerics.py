@@ -33,14 +33,16 @@ _ALIASES = {
 }  # fmt: skip
 #: the requested dtypes a downgrade is judged for (a quantized file already has its tolerance)
 FLOAT_DTYPES = ("f32", "f16")
+#: the requested dtypes whose weights are stored quantized (a home's kernel-level fallback test)
+QUANTIZED = frozenset({"q8_0", "q4_0", "int8", "int8w", "int4w", "as-shipped"})
 #: the KV cache's precision -> the tolerance it implies for a float model's logits
 _KV_JUDGED_AS = {"f16": "f16", "bf16": "bf16", "u8": "kv-q8", "i8": "kv-q8", "u4": "kv-q4",
                  "i4": "kv-q4"}  # fmt: skip
 
 
 def precision(word: object) -> str | None:
-    """rtmatrix's name for a runtime's precision word (``bfloat16``, ``<Type: 'bfloat16'>``,
-    ``f16`` -> ``bf16``, ``bf16``, ``f16``), else None."""
+    """rtmatrix's name for a runtime's precision word (``bfloat16`` and OpenVINO's
+    ``<Type: 'bfloat16'>`` -> ``bf16``, ``float16`` -> ``f16``, ``q8_0`` -> ``i8``), else None."""
     for token in re.findall(r"[a-z0-9_]+", str(word).lower()):
         if token in _ALIASES:
             return _ALIASES[token]

@@ -439,7 +439,7 @@ def _stack(adapter: Any, job: Job, result: WorkerResult) -> None:
         result.stack_unavailable = missing(adapter, StackReporting, "the stack report")
         return
     try:
-        result.stack = adapter.stack_report(job.dtype)
+        result.stack = adapter.stack_report(job.dtype, result.evidence or {})
     except Exception as exc:  # the report is evidence: its failure is said, the cell stands
         result.stack_unavailable = f"stack_report failed: {type(exc).__name__}: {exc}"[:400]
 

@@ -361,7 +361,7 @@ class Bf16Adapter(NumpyAdapter):
         out = super().last_logits()
         return _to_bf16(out) if self._precision == "bf16" else out
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         said = self.claims or self._precision
         asked = self._precision != "bf16"
         matmul = Fact(said, f"PRECISION = {said}", "the fake runtime's property",

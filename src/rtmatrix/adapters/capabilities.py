@@ -15,7 +15,7 @@ Serving        ``server_driver()``           scenario ``serve``
 Placement      ``placement()``               ``evidence.placement`` (fallback outcome)
 Tokenizing     ``tokenize_text(text)``       the tokenizer check of a real model's quality
                                              text (the runtime's ids against the harness's)
-StackReporting ``stack_report(dtype)``       ``evidence.stack``'s backend, kernels and
+StackReporting ``stack_report(dtype, ev)``   ``evidence.stack``'s backend, kernels and
                                              effective numerics (verdicts judge what ran)
 =============  ============================  ==============================================
 
@@ -122,8 +122,9 @@ class StackReporting(Protocol):
     options that force the requested precision (the numerics control run). Called in the
     worker after the counted work, from the adapter's own state; a cell's verdict reads it."""
 
-    def stack_report(self, dtype: str | None) -> StackReport:
-        """What ran, for a cell that asked for ``dtype`` (None: a user's file)."""
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
+        """What ran, for a cell that asked for ``dtype`` (None: a user's file), read from the
+        cell's ``evidence`` as the worker collected it (the adapter's own, with placement)."""
         ...
 
 
@@ -478,7 +479,7 @@ CAPABILITIES: dict[type[Any], str] = {
     ServerCounters: "counters(port), slots(port)",
     TokenServer: "complete_tokens(port, prompt, max_tokens, banned, n_probs)",
     EngineGeneration: "engine_generate(prompt, n_gen, banned, on_token)",
-    StackReporting: "stack_report(dtype)",
+    StackReporting: "stack_report(dtype, evidence)",
     ReferenceBenchmark: "reference_benchmark(model_path, params, options) (classmethod)",
     ReferenceQuality: "reference_quality(model_path, base_path, text, n_ctx, params, options) "
     "(classmethod)",

@@ -24,11 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.numerics import StackReport
-
-
-def _unavailable(why: str) -> dict[str, Any]:
-    return {"unavailable": why}
+from rtmatrix.numerics import StackReport, unavailable
 
 
 # -- format ----------------------------------------------------------------------------------
@@ -45,8 +41,8 @@ def _read_format(container: str, path: str, sha256: str) -> dict[str, Any]:
         if container == "tflite":
             return _tflite(p)
     except Exception as exc:  # a damaged file is a fixture variant: say what the reader said
-        return _unavailable(f"{container} reader: {type(exc).__name__}: {exc}"[:300])
-    return _unavailable(f"rtmatrix reads no {container!r} files")
+        return unavailable(f"{container} reader: {type(exc).__name__}: {exc}"[:300])
+    return unavailable(f"rtmatrix reads no {container!r} files")
 
 
 def _gguf(p: Path) -> dict[str, Any]:
@@ -121,7 +117,7 @@ def _tflite(p: Path) -> dict[str, Any]:
 def format_layer(fixture: dict[str, Any]) -> dict[str, Any]:
     path, sha = fixture.get("path"), fixture.get("sha256")
     if not path or not Path(str(path)).exists():
-        return _unavailable("no model file recorded for this cell")
+        return unavailable("no model file recorded for this cell")
     out = dict(_read_format(str(fixture.get("container")), str(path), str(sha)))
     out["dtype"] = fixture.get("dtype")
     return out
@@ -153,9 +149,9 @@ def build(
 
 def _reported(report: StackReport | None, why: str) -> dict[str, Any]:
     if report is None:
-        return {"backend": _unavailable(why), "kernels": _unavailable(why),
-                "numerics": _unavailable(why)}  # fmt: skip
+        return {"backend": unavailable(why), "kernels": unavailable(why),
+                "numerics": unavailable(why)}  # fmt: skip
     numerics = report.numerics.to_dict() | {"host_changed": report.numerics.host_changed()}
-    return {"backend": report.backend or _unavailable("the runtime's home reported no backend"),
-            "kernels": report.kernels or _unavailable("the runtime's home reported no kernels"),
+    return {"backend": report.backend or unavailable("the runtime's home reported no backend"),
+            "kernels": report.kernels or unavailable("the runtime's home reported no kernels"),
             "numerics": numerics}  # fmt: skip

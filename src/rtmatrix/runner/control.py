@@ -126,7 +126,7 @@ def numerics_control_for(cell: Cell, rec: dict[str, Any]) -> Control | None:
     below it and its outputs left the requested dtype's tolerance, or its parity against the
     reference failed; None when no home declared such options, the cell already runs with them,
     or only a lifecycle scenario's own checks failed."""
-    if cell.expect is not Expect.OK or cell.crash_control is False:
+    if cell.expect is not Expect.OK:
         return None
     numerics = ((rec.get("evidence") or {}).get("stack") or {}).get("numerics") or {}
     options = numerics.get("control") if isinstance(numerics, dict) else None

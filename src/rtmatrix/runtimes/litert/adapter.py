@@ -30,7 +30,7 @@ from __future__ import annotations
 import collections
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -243,11 +243,11 @@ class LiteRtAdapter(ExplicitKvAdapter):
             },
         }
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
         from rtmatrix.runtimes.litert import stack
 
-        return stack.report(self.evidence(), dtype)
+        return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
         self._prefill = self._decode = None

@@ -24,6 +24,7 @@ from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
 from rtmatrix.runtimes.llama_cpp.server import LlamaCppServer
+from rtmatrix.runtimes.llama_cpp.stack import BUFFER_LINE, KV_LINE
 from rtmatrix.runtimes.llama_cpp.stream import LlamaCppBackend, abort_prefill
 
 _LEVELS = {0: "none", 1: "debug", 2: "info", 3: "warn", 4: "error", 5: "cont"}
@@ -41,7 +42,6 @@ BINDING_DEFAULTS = {
     "llama.cpp's tools (llama-bench, llama-server, llama-cli) default to auto",
 }
 _FA_MODES = {"auto": "auto", "on": "on", "off": "off", True: "on", False: "off"}
-_BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*(\S+ \S+)")
 
 #: llama.cpp's own default for ``llama_model_params.use_extra_bufts`` (the tools' ``--repack``)
 EXTRA_BUFTS_DEFAULT = True
@@ -98,8 +98,6 @@ def kv_args(options: Mapping[str, Any]) -> list[str]:
     return [x for k, v in kv_types(options).items() for x in (flags[k], v)]
 
 
-#: llama.cpp's KV-cache summary: "llama_kv_cache: size = … K (f16): … MiB, V (f16): … MiB"
-_KV_LINE = re.compile(r"K \((\w+)\):.*?V \((\w+)\):")
 _CONTEXT_LINE = re.compile(r"^llama_context:\s+(\w+)\s+=\s+(\S.*?)\s*$")
 
 
@@ -669,8 +667,8 @@ class LlamaCppAdapter(Adapter):
             if "Flash Attention" in text and ("enabled" in text or "disabled" in text):
                 effective["flash_attn_resolved"] = "enabled" if "enabled" in text else "disabled"
         requested = {k: v for k, v in self._settings.items() if k not in ("model_path", "verbose")}
-        buffers = {m.group(1): m.group(2) for _, t in self._log if (m := _BUFFER_LINE.search(t))}
-        kv = next(((m, t) for _, t in self._log if (m := _KV_LINE.search(t))), None)
+        buffers = {m.group(1): m.group(2) for _, t in self._log if (m := BUFFER_LINE.search(t))}
+        kv = next(((m, t) for _, t in self._log if (m := KV_LINE.search(t))), None)
         kv_cache = (
             {"type_k": kv[0].group(1), "type_v": kv[0].group(2), "line": kv[1].strip(),
              "requested": kv_types(self._settings_options), "llama_cpp_default": KV_DEFAULT}
@@ -693,13 +691,13 @@ class LlamaCppAdapter(Adapter):
             "binding_defaults": BINDING_DEFAULTS,
         }
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting): the model buffers and
         KV-cache types from llama.cpp's own log lines, the tensor types from the GGUF file."""
         from rtmatrix.runtimes.llama_cpp import stack
 
         path = Path(str(self._settings.get("model_path", "")))
-        return stack.report(self.evidence(), dtype, stack.tensor_types(path))
+        return stack.report(dict(evidence), dtype, stack.tensor_types(path))
 
     def close(self) -> None:
         self._backend = None

@@ -7,6 +7,7 @@ matmul precision the stored type implies. Nothing here imports llama.cpp."""
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,10 @@ from rtmatrix.numerics import (
 )
 
 _LOG = "llama.cpp's log lines (llama_log_set)"
+#: llama.cpp's KV-cache summary: "llama_kv_cache: size = … K (f16): … MiB, V (f16): … MiB"
+KV_LINE = re.compile(r"K \((\w+)\):.*?V \((\w+)\):")
+#: a model buffer line: "CPU_REPACK model buffer size = 10.00 MiB"
+BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*(\S+ \S+)")
 #: the options that keep the KV cache in f32 (the numerics control run)
 F32_KV_CONTROL = {"type_k": "f32", "type_v": "f32"}
 F32_KV_EXPLAINS = "llama.cpp's KV-cache types (type_k/type_v, its tools' -ctk/-ctv; default f16)"

@@ -27,7 +27,7 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -409,7 +409,7 @@ class LlamaServerAdapter(Adapter):
                     out["metrics_at_end"] = {"error": str(exc)[:200]}
         return out
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting) from the server's own log
         lines, read by the llama.cpp home's readers."""
         from rtmatrix.runtimes.llama_cpp.stack import tensor_types
@@ -417,7 +417,7 @@ class LlamaServerAdapter(Adapter):
 
         lines = self._server.log_tail(200_000).splitlines() if self._server is not None else []
         model = Path(self._cfg.model) if self._cfg is not None else Path()
-        return stack.report(self.evidence(), lines, dtype, tensor_types(model), self._kv_asked)
+        return stack.report(dict(evidence), lines, dtype, tensor_types(model), self._kv_asked)
 
     def close(self) -> None:
         self._backend = None

@@ -4,23 +4,19 @@ the GGUF file. Nothing here imports a runtime or starts a process."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.llama_cpp import stack as llama_stack
 
-_KV_LINE = re.compile(r"K \((\w+)\):.*?V \((\w+)\):")
-_BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*(\S+ \S+)")
-
 
 def as_llama_evidence(ev: dict[str, Any], lines: Sequence[str], kv_asked: dict[str, str]) -> Any:
     """The server's evidence in the shape the llama.cpp home reads (its ``settings``)."""
-    kv = next(((m, ln) for ln in lines if (m := _KV_LINE.search(ln))), None)
+    kv = next(((m, ln) for ln in lines if (m := llama_stack.KV_LINE.search(ln))), None)
     fa = ev.get("flash_attn") or {}
     resolved = fa.get("resolved") if fa.get("resolved") in ("enabled", "disabled") else None
-    buffers = {m.group(1): m.group(2) for ln in lines if (m := _BUFFER_LINE.search(ln))}
+    buffers = {m.group(1): m.group(2) for ln in lines if (m := llama_stack.BUFFER_LINE.search(ln))}
     ebt = ev.get("extra_buffer_types") or {}
     return {
         "log_source": "llama-server's own log (its stderr)",

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -235,12 +235,12 @@ class MnnAdapter(ExplicitKvAdapter):
             ev["threads_env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS",) if k in os.environ}
         return ev
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and what MNN does not say of its numerics (StackReporting)."""
         from rtmatrix.runtimes.mnn import stack
 
         size = stack.source_size(self._onnx) if self._onnx is not None else None
-        return stack.report(self.evidence(), dtype, size)
+        return stack.report(dict(evidence), dtype, size)
 
     def close(self) -> None:
         self._past = []

@@ -8,9 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.numerics import Numerics, StackReport, unavailable
-
-QUANTIZED = frozenset({"int8", "int8w", "int4w", "q8_0", "q4_0", "as-shipped"})
+from rtmatrix.numerics import QUANTIZED, Numerics, StackReport, unavailable
 
 
 def kernels(ev: dict[str, Any], dtype: str | None, source_bytes: int | None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ import os
 import re
 import tempfile
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -640,11 +640,11 @@ class OrtAdapter(ExplicitKvAdapter):
             "inputs": {n: [str(i.type), list(i.shape)] for n, i in self._inputs.items()},
         }
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
         from rtmatrix.runtimes.onnxruntime import stack
 
-        return stack.report(self.evidence(), dtype)
+        return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
         self._sess = None

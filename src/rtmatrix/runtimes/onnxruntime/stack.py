@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtmatrix.numerics import Fact, Numerics, StackReport, unavailable
+from rtmatrix.numerics import QUANTIZED, Fact, Numerics, StackReport, unavailable
 
-QUANTIZED = frozenset({"q8_0", "q4_0", "int8", "int8w", "int4w", "as-shipped"})
 MATMUL_OPS = ("MatMul", "Gemm", "MatMulInteger", "MatMulIntegerToFloat",
               "DynamicQuantizeMatMul", "MatMulNBits", "FusedMatMul", "QGemm",
               "DequantizeLinear")  # fmt: skip

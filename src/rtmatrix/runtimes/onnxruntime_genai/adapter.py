@@ -27,7 +27,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -386,12 +386,12 @@ class OrtGenaiAdapter(Adapter):
         self._model = None
         gc.collect()
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend and effective numerics (StackReporting); genai exposes no optimized graph."""
         from rtmatrix.numerics import unavailable
         from rtmatrix.runtimes.onnxruntime import stack
 
-        ev = self.evidence()
+        ev = dict(evidence)
         why = unavailable("onnxruntime-genai exposes no optimized graph or kernel record")
         return StackReport(
             backend=stack.backend(ev), kernels=why, numerics=stack.numerics(ev, dtype)

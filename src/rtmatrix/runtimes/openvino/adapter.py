@@ -302,11 +302,11 @@ class OpenVinoAdapter(ExplicitKvAdapter):
         }  # fmt: skip
         return ev
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
         from rtmatrix.runtimes.openvino import stack
 
-        return stack.report(self.evidence(), dtype)
+        return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
         self._req = None

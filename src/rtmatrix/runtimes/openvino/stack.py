@@ -13,6 +13,7 @@ from typing import Any
 
 from rtmatrix.numerics import (
     PRECISION_ORDER,
+    QUANTIZED,
     Fact,
     Numerics,
     StackReport,
@@ -20,7 +21,6 @@ from rtmatrix.numerics import (
     unavailable,
 )
 
-QUANTIZED = frozenset({"int8", "int8w", "int4w", "q8_0", "q4_0", "as-shipped"})
 MATMUL_LAYERS = ("FullyConnected", "MatMul", "ScaledDotProductAttention")
 #: the options that force f32 compute (the numerics control run)
 F32_CONTROL = {"inference_precision": "f32"}

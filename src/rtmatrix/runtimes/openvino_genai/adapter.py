@@ -25,7 +25,7 @@ what this row asked for.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -350,12 +350,12 @@ class OvGenaiAdapter(Adapter):
             },
         }
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Devices and effective numerics (StackReporting): what the pipeline was asked for,
         else the device's default (GenAI exposes no compiled-model properties)."""
         from rtmatrix.runtimes.openvino_genai import stack
 
-        return stack.report(self.evidence(), dtype)
+        return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
         if self._backend is not None:

@@ -39,7 +39,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata, util
 from pathlib import Path
 from typing import Any, ClassVar
@@ -473,11 +473,11 @@ class TvmAdapter(Adapter):
             "binding_defaults": BINDING_DEFAULTS,
         }
 
-    def stack_report(self, dtype: str | None) -> StackReport:
+    def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
         from rtmatrix.runtimes.tvm import stack
 
-        return stack.report(self.evidence(), dtype)
+        return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
         self._vm = None
