@@ -90,6 +90,15 @@ def matrix(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def architectures(session: nox.Session) -> None:
+    """The architecture family through every row's own converter, judged against transformers
+    (PyTorch's CPU build first: plain PyPI torch is a CUDA build of several GB)."""
+    session.install("torch", "--index-url", "https://download.pytorch.org/whl/cpu")
+    session.install("-e", ".[all]", env=BUILD_ENV)
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/architectures.toml"))
+
+
+@nox.session(python=PYTHON)
 def llama_cpp(session: nox.Session) -> None:
     _run_rows(session, "llama-cpp-python")
 

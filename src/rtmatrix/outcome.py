@@ -76,6 +76,8 @@ class ErrorKind(StrEnum):
     MISSING_TENSOR = "missing-tensor"
     UNKNOWN_ARCH = "unknown-arch"
     CONTEXT_LENGTH = "context-length"
+    #: the row's own converter refused the checkpoint (charged to the converter)
+    CONVERTER_REFUSED = "converter-refused"
     #: a message no pattern recognises: visible as its own kind, never taken for an expected one
     UNCLASSIFIED = "unclassified"
 

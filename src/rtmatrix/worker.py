@@ -454,7 +454,8 @@ def describe(target: str) -> dict[str, Any]:
     )
 
     cls = load_adapter_class(target)
-    info = {k: getattr(cls, k, None) for k in ("name", "distribution", "extra", "container")}
+    keys = ("name", "distribution", "extra", "container", "converter")
+    info = {k: getattr(cls, k, None) for k in keys}
     if cls.prepare.__func__ is not Adapter.prepare.__func__:  # type: ignore[attr-defined]
         info["prepares"] = True
     if isinstance(cls, ReferenceBenchmark):

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from rtmatrix.fixtures.child import how_it_ended, require_file, run_child
-from rtmatrix.fixtures.prepare import FixtureError
-from rtmatrix.fixtures.spec import ExporterUnavailable
+from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
 
 CHILD = "tests.helpers.child_misbehaves"
 

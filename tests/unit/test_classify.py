@@ -89,3 +89,29 @@ def test_refine_wrong_output_and_fallback() -> None:
     assert refine(ok, {"status": "unavailable"}, placed).status is Status.FALLBACK
     checks = WorkerResult(status="ok", scenario={"checks": [{"name": "c", "ok": False}]})
     assert refine(ok, {}, checks).status is Status.WRONG_OUTPUT
+
+
+def test_a_changed_model_is_wrong_output_charged_to_the_converter() -> None:
+    ok = CellOutcome(status=Status.OK, message="completed")
+    conv = {"changed_the_model": True, "summary": "top-1 39/48 positions agree"}
+    par = {"status": "measured", "within_tolerance": False, "tokens_agree": 8,
+           "tokens_compared": 8, "conversion": conv}  # fmt: skip
+    out = refine(ok, par, WorkerResult(status="ok", reps=[_rep()]))
+    assert out.status is Status.WRONG_OUTPUT and out.charged_to == "converter"
+    assert "the conversion changed the model: top-1 39/48" in out.message
+    assert out.to_dict()["charged_to"] == "converter"
+
+
+def test_a_converter_refusal_is_its_own_kind_charged_to_the_converter() -> None:
+    from rtmatrix.converters import Conversion, ConverterRefused
+    from rtmatrix.runner.classify import converter_refused
+
+    cmd = ["python", "convert_hf_to_gguf.py"]
+    conv = Conversion("llama_cpp", "convert_hf_to_gguf.py", "llama-cpp-python", "0.3.36",
+                      {"outtype": "f32"}, cmd, 1.0, "log", "ns")  # fmt: skip
+    out = converter_refused(ConverterRefused("refused foo: NotImplementedError", conv))
+    rec = out.to_dict()
+    assert rec["status"] == "error" and rec["phase"] == "convert"
+    assert rec["error_kind"] == "converter-refused" and rec["charged_to"] == "converter"
+    assert "exit_code" not in rec and "llama-cpp-python" in rec["fix"]
+    assert not_run(Status.ERROR, "fixture", "bad file", "input").to_dict()["charged_to"] == "input"

@@ -90,3 +90,38 @@ def test_an_engine_without_logits_is_judged_on_its_ids() -> None:
     assert "no logits to judge" in int8["reason"] and int8["within_tolerance"] is None
     # without the engine's reason, missing logits still fail (a loop row that lost them)
     assert not compare("f32", [1, 2, 3], ref, [1, 2, 3], None)["within_tolerance"]
+
+
+def _agreement(worst: float, flips: list[tuple[int, float]]) -> dict[str, object]:
+    return {"max_abs_logit_diff": worst, "top1_agree": 48 - len(flips), "top1_positions": 48,
+            "top1_flips": [{"position": p, "reference_margin": m} for p, m in flips]}  # fmt: skip
+
+
+def test_a_conversion_that_moves_logits_beyond_what_ran_changed_the_model() -> None:
+    from rtmatrix.metrics.parity import conversion_judged
+
+    measured = {"status": "measured", "within_tolerance": True}
+    exact = conversion_judged(measured, "f32", _agreement(4e-5, []), "tool (dist 1)")
+    assert exact["within_tolerance"] and not exact["conversion"]["changed_the_model"]
+    # a flip at a clear margin: another model, whatever the greedy tokens did
+    flipped = conversion_judged(measured, "f32", _agreement(2.2, [(7, 0.9)]), "tool (dist 1)")
+    conv = flipped["conversion"]
+    assert not flipped["within_tolerance"] and conv["changed_the_model"]
+    assert conv["first_divergence_position"] == 7 and conv["clear_flips"] == 1
+    assert "top-1 47/48" in conv["summary"] and "position 7" in conv["summary"]
+    # logits beyond the f32 tolerance without a flip: still a changed model
+    moved = conversion_judged(measured, "f32", _agreement(0.3, []), "tool (dist 1)")
+    assert moved["conversion"]["changed_the_model"]
+    # a flip at a near-tie (margin within what ran) with small logit error: numerics
+    tie = conversion_judged(measured, "f16", _agreement(0.04, [(3, 0.01)]), "tool (dist 1)")
+    assert tie["within_tolerance"] and not tie["conversion"]["changed_the_model"]
+
+
+def test_a_quantized_conversion_is_left_to_the_kld_judgement() -> None:
+    from rtmatrix.metrics.parity import conversion_judged
+
+    measured = {"status": "measured", "within_tolerance": True}
+    q8 = conversion_judged(measured, "q8_0", _agreement(0.4, [(2, 0.1)]), "tool (dist 1)")
+    assert q8["within_tolerance"] and not q8["conversion"]["changed_the_model"]
+    unavailable = {"status": "unavailable", "reason": "x"}
+    assert conversion_judged(unavailable, "f32", _agreement(9.0, []), "t") == unavailable

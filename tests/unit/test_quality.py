@@ -115,3 +115,17 @@ def test_the_anchor_window_scores_the_tools_positions_only() -> None:
     assert (
         "anchor_window" not in figures(logits, logits, list(range(9)), _detail())[M.KLD_MEAN].detail
     )
+
+
+def test_agreement_names_each_flip_with_the_references_margin() -> None:
+    from rtmatrix.metrics.quality import agreement
+
+    ref = np.array([[3.0, 1.0, 0.0], [0.0, 2.0, 1.9], [1.0, 0.0, 0.5]], dtype=np.float32)
+    rt = ref.copy()
+    rt[1] = [0.0, 1.8, 2.0]  # flips at a near-tie (margin 0.1)
+    rt[2, 1] = 0.25
+    got = agreement(rt, ref)
+    assert got["top1_agree"] == 2 and got["top1_positions"] == 3
+    assert got["top1_flips"] == [{"position": 1, "reference_margin": 0.1}]
+    assert got["max_abs_logit_diff"] == pytest.approx(0.25)
+    assert got["max_abs_logit_diff_position"] in (1, 2)

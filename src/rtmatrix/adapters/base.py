@@ -93,6 +93,9 @@ class Adapter(ABC):
     extra: ClassVar[str]
     #: the model container it reads (``gguf``, ``onnx``, ...)
     container: ClassVar[str]
+    #: its vendor's own converter for a Hugging Face checkpoint rtmatrix's exporters do not
+    #: write (a home of :mod:`rtmatrix.converters`); None: the row takes no such checkpoint
+    converter: ClassVar[str | None] = None
     #: ``(error kind, regex)`` pairs for the messages this runtime prints, tried before the
     #: generic ones of :mod:`rtmatrix.errorkinds` (kinds: :class:`rtmatrix.outcome.ErrorKind`)
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ()

@@ -561,6 +561,15 @@ def _check_source(ctx: _Ctx, key: str, src: Path) -> None:
     try:
         check_checkpoint(src)
     except (CheckpointError, OSError, ValueError) as exc:
+        if src.is_dir():  # another architecture: the runtimes' own converters, if transformers
+            from rtmatrix.fixtures.checkpoints import refusal  # can load it as the reference
+
+            why = refusal(src)
+            if why is None:
+                return
+            ctx.note(key, f"checkpoint {src}: {why}; fix 'source' (a Hugging Face folder of an "
+                     "architecture transformers can load, or a llama-architecture .gguf file)")
+            return
         ctx.note(key, f"{exc}; fix 'source' (a llama-architecture .gguf file or HF folder)")
 
 

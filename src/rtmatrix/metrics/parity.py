@@ -151,3 +151,38 @@ def judged_by_quality(
         f"same top token {same:.1f} % (limit {SAME_TOP_LIMIT:.0f} %)"
     )
     return out
+
+
+def conversion_judged(
+    par: dict[str, Any], dtype: str | None, agreement: dict[str, Any], converter: str
+) -> dict[str, Any]:
+    """A converted checkpoint's parity, judged against transformers over the teacher-forced
+    pass too: a float file whose top token differs where transformers' own top-2 margin is
+    beyond the tolerance of what ran, or whose logits move beyond it, is a conversion that
+    changed the model (``conversion.changed_the_model``), whatever its greedy tokens did."""
+    if par.get("status") != "measured" or not agreement:
+        return par
+    tol = LOGIT_TOLERANCE.get(dtype or "")
+    flips = list(agreement.get("top1_flips") or [])
+    clear = [f for f in flips if tol is None or float(f["reference_margin"]) > tol]
+    worst = agreement.get("max_abs_logit_diff")
+    exact = dtype in EXACT_TOKENS
+    beyond = exact and tol is not None and isinstance(worst, int | float) and worst > tol
+    changed = (bool(clear) and exact) or beyond
+    summary = (
+        f"top-1 {agreement.get('top1_agree')}/{agreement.get('top1_positions')} positions agree "
+        f"with transformers, max|Δlogit| {worst:.4g}" if isinstance(worst, int | float) else ""
+    ) + (f"; first clear flip at position {clear[0]['position']}" if clear else "")
+    out = dict(par)
+    out["conversion"] = {
+        "converter": converter,
+        "judged_as": dtype,
+        "logit_tolerance": tol,
+        "changed_the_model": changed,
+        "clear_flips": len(clear),
+        "first_divergence_position": clear[0]["position"] if clear else None,
+        "summary": summary,
+    } | {k: agreement.get(k) for k in ("max_abs_logit_diff", "top1_agree", "top1_positions")}
+    if changed:
+        out["within_tolerance"] = False
+    return out

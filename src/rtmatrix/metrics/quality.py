@@ -32,6 +32,14 @@ from rtmatrix.names import M
 from rtmatrix.outcome import Metric, Source
 
 DEFAULT_POSITIONS = 512
+NUMPY_REFERENCE = (
+    "numpy forward pass on the f32 canonical weights (the checkpoint's values as shipped), "
+    "teacher-forced over the same ids"
+)
+TRANSFORMERS_REFERENCE = (
+    "transformers' fp32 eager forward pass on the checkpoint as given, teacher-forced over the "
+    "same ids"
+)
 QUALITY_METRICS = (M.KLD_MEAN, M.KLD_P99, M.SAME_TOP, M.PPL, M.PPL_REFERENCE)
 _UNITS = {m: registry.unit_of(m) for m in QUALITY_METRICS}
 
@@ -54,12 +62,14 @@ class QualityPlan:
     def ids(self) -> list[int]:
         return self.text_ids[: self.positions + 1]
 
+    #: what judges the pass: rtmatrix's numpy reference, or transformers (a converted model)
+    reference: str = NUMPY_REFERENCE
+
     def detail(self) -> dict[str, Any]:
         return {
             "text": self.text_name,
             "positions": self.positions,
-            "reference": "numpy forward pass on the f32 canonical weights (the checkpoint's "
-            "values as shipped), teacher-forced over the same ids",
+            "reference": self.reference,
             "method": "KL(P_reference || P_runtime) of the next-token distributions; same top "
             "token; perplexity exp(mean NLL of the text's next ids)",
         }
@@ -87,6 +97,7 @@ def plan(
     spec = get_spec(model)
     if not spec.source:
         return None
+    reference = TRANSFORMERS_REFERENCE if spec.converted else NUMPY_REFERENCE
     name = str(options.get("quality_text", TEXTS[0]))
     text = shipped_text(name)
     ids = encode(spec.source, text)
@@ -107,11 +118,12 @@ def plan(
             positions,
             prompt_ids[:prompt_tokens],
             f"the first {prompt_tokens} of {len(prompt_ids)} tokens of {what}",
+            reference,
         )
     if options.get("text_prompt", True) is not False and 0 < prompt_tokens <= len(ids):
         return QualityPlan(model, name, text, ids, positions, ids[:prompt_tokens],
-                           f"the first {prompt_tokens} tokens of {name}")  # fmt: skip
-    return QualityPlan(model, name, text, ids, positions)
+                           f"the first {prompt_tokens} tokens of {name}", reference)  # fmt: skip
+    return QualityPlan(model, name, text, ids, positions, reference=reference)
 
 
 def anchor_n_ctx(plan: QualityPlan) -> int:
@@ -133,6 +145,14 @@ def reference_logits(plan: QualityPlan) -> NDArray[np.float32]:
     from rtmatrix.fixtures.spec import get_spec
 
     spec = get_spec(plan.model)
+    if spec.converted:  # transformers' fp32 eager pass over the same ids (cached there)
+        from rtmatrix.fixtures.hf_reference import hf_reference
+
+        ref = hf_reference(Path(spec.source), plan.ids[:1], 1, (spec.eos_id,), plan.ids)
+        if ref.logits is None:
+            msg = "transformers' reference returned no teacher-forced logits"
+            raise ValueError(msg)
+        return np.asarray(ref.logits, dtype=np.float32)
     ids_hash = hashlib.sha256(json.dumps(plan.ids).encode()).hexdigest()
     key = {"quality_reference_version": "1", "spec": spec.content(), "ids": ids_hash}
 
@@ -190,7 +210,7 @@ def figures(
     same_rows = runtime.argmax(-1) == reference.argmax(-1)
     same = float(np.mean(same_rows) * 100.0)
     src = Source.HARNESS_COMPARISON
-    kld_detail = detail | {"sd": float(kld.std())}
+    kld_detail = detail | {"sd": float(kld.std())} | agreement(runtime, reference)
     if anchor:
         kld_detail["anchor_window"] = window(kld, same_rows, anchor)
     return {
@@ -204,3 +224,24 @@ def figures(
 
 def unavailable(reason: str) -> dict[str, Metric]:
     return {m: Metric.unavailable(_UNITS[m], reason) for m in QUALITY_METRICS}
+
+
+def agreement(runtime: NDArray[Any], reference: NDArray[Any]) -> dict[str, Any]:
+    """How closely one teacher-forced pass agrees with the reference, position by position:
+    the largest |Δlogit|, top-1 agreement, and each position where the top tokens differ with
+    the reference's own top-1 minus top-2 margin there (a flip at a margin within the
+    tolerance of what ran is numerics; at a clear margin, a different model)."""
+    diff = np.abs(runtime.astype(np.float64) - reference.astype(np.float64))
+    worst = diff.max(axis=-1)
+    top_rt, top_ref = runtime.argmax(-1), reference.argmax(-1)
+    part = np.partition(reference.astype(np.float64), -2, axis=-1)[:, -2:]
+    margins = part[:, 1] - part[:, 0]
+    flips = [{"position": int(i), "reference_margin": round(float(margins[i]), 5)}
+             for i in np.flatnonzero(top_rt != top_ref)]  # fmt: skip
+    return {
+        "max_abs_logit_diff": float(worst.max()) if worst.size else None,
+        "max_abs_logit_diff_position": int(worst.argmax()) if worst.size else None,
+        "top1_agree": int((top_rt == top_ref).sum()),
+        "top1_positions": len(top_ref),
+        "top1_flips": flips[:50],
+    }

@@ -120,6 +120,11 @@ def format_layer(fixture: dict[str, Any]) -> dict[str, Any]:
         return unavailable("no model file recorded for this cell")
     out = dict(_read_format(str(fixture.get("container")), str(path), str(sha)))
     out["dtype"] = fixture.get("dtype")
+    conv = fixture.get("conversion")
+    if conv:  # written by the runtime's own converter: which, how, and its log
+        out["converted_by"] = {k: conv.get(k) for k in (
+            "tool", "distribution", "version", "options", "command", "wall_s", "offline",
+            "network_attempts", "log_tail")}  # fmt: skip
     return out
 
 

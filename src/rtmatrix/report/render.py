@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 
 from rtmatrix.report import (
+    architectures,
     cellmarks,
     history,
     lifecycle,
@@ -116,6 +117,7 @@ def render_html(
         "real_model": realmodel.rows(cols, notes),
         "stack_rows": stack.rows(cols, notes),
         "real_sources": realmodel.sources(cols),
+        "architectures": architectures.view(cols),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),

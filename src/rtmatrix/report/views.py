@@ -630,7 +630,8 @@ def _ranges(items: list[Item], n: int) -> list[Item]:
     """Too many cells to list: the range of each part, naming the cells at either end."""
     out = []
     for i, part in enumerate(items[0].parts):
-        shown = [(it.label, it.parts[i].value) for it in items if not it.parts[i].value.unavailable]
+        shown = [(it.label, it.parts[i].value) for it in items
+                 if i < len(it.parts) and not it.parts[i].value.unavailable]  # fmt: skip
         if not shown:
             out.append(Item("", (part,)))
             continue

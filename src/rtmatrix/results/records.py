@@ -61,6 +61,10 @@ class FixtureRecord(TypedDict):
     size_bytes: NotRequired[int | None]
     variant: NotRequired[str | None]
     scenario: NotRequired[str | None]
+    #: how the runtime's own converter wrote the file (``converters.base.Conversion``)
+    conversion: NotRequired[dict[str, Any]]
+    #: a converted checkpoint's architecture (transformers' model_type)
+    architecture: NotRequired[str]
 
 
 class OutcomeRecord(TypedDict):
@@ -73,6 +77,8 @@ class OutcomeRecord(TypedDict):
     signal: NotRequired[str | None]
     fix: NotRequired[str]
     error_kind: NotRequired[str]
+    #: who the failure is charged to where it is not the runtime: "converter" or "input"
+    charged_to: NotRequired[str]
     error_type: NotRequired[str | None]
     runtime_version: NotRequired[str | None]
 

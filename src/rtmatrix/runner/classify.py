@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rtmatrix.converters.base import ConverterRefused
 from rtmatrix.outcome import ErrorKind, Status
 from rtmatrix.protocol import WorkerResult
 from rtmatrix.runner.process import Launch
@@ -41,6 +42,9 @@ class CellOutcome:
     runtime_version: str | None = None
     #: whether the process fields (exit_code, signal) are known: False before a worker ran
     process: bool = True
+    #: who the failure is charged to when it is not the runtime: "converter" (the vendor's
+    #: converter refused the checkpoint) or "input" (the user's file or text); None: the runtime
+    charged_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"status": str(self.status), "phase": self.phase}
@@ -52,6 +56,7 @@ class CellOutcome:
             "error_kind": self.error_kind,
             "fix": self.fix,
             "runtime_version": self.runtime_version,
+            "charged_to": self.charged_to,
         }
         # error_type was always present (maybe null) on worker-reported errors
         if self.status is Status.ERROR and self.process:
@@ -63,9 +68,28 @@ class CellOutcome:
         return replace(self, status=status, message=message)
 
 
-def not_run(status: Status, phase: str, message: str) -> CellOutcome:
+def not_run(
+    status: Status, phase: str, message: str, charged_to: str | None = None
+) -> CellOutcome:
     """The outcome of a cell that ended before a worker was started."""
-    return CellOutcome(status=status, message=message, phase=phase, process=False)
+    return CellOutcome(status=status, message=message, phase=phase, process=False,
+                       charged_to=charged_to)  # fmt: skip
+
+
+def converter_refused(exc: ConverterRefused) -> CellOutcome:
+    """A cell whose checkpoint the row's own converter refused: an error of its own kind,
+    charged to the converter (its version and command are in the message and the record)."""
+    conv = exc.conversion
+    return CellOutcome(
+        status=Status.ERROR,
+        message=str(exc),
+        phase="convert",
+        error_kind=str(ErrorKind.CONVERTER_REFUSED),
+        fix=f"the checkpoint's architecture needs a {conv.tool} that supports it (an upgrade of "
+        f"{conv.distribution}), or another row",
+        process=False,
+        charged_to="converter",
+    )
 
 
 def error_kind(result: WorkerResult) -> str | None:
@@ -155,6 +179,13 @@ def refine(outcome: CellOutcome, par: dict[str, Any], result: WorkerResult | Non
     nonfinite = sum(r.nonfinite_steps for r in result.reps)
     if nonfinite:
         return outcome.with_status(Status.WRONG_OUTPUT, f"non-finite logits on {nonfinite} step(s)")
+    conv = par.get("conversion") or {}
+    if par.get("status") == "measured" and conv.get("changed_the_model"):
+        return replace(
+            outcome.with_status(Status.WRONG_OUTPUT, f"the conversion changed the model: "
+                                f"{conv.get('summary')}"),
+            charged_to="converter",
+        )  # fmt: skip
     if par.get("status") == "measured" and not par.get("within_tolerance"):
         return outcome.with_status(
             Status.WRONG_OUTPUT,

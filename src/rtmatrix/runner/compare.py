@@ -326,7 +326,8 @@ def _warm_fixtures(cells: Sequence[Cell], describe: Mapping[str, Mapping[str, An
             continue
         fx = cell.fixture
         try:
-            prepare_fixture(fx.name, fx.model, fx.dtype, fx.path, str(container), fx.variant)
+            prepare_fixture(fx.name, fx.model, fx.dtype, fx.path, str(container), fx.variant,
+                            describe[cell.runtime].get("converter"))  # fmt: skip
         except (FixtureError, ValueError, OSError):
             continue
 

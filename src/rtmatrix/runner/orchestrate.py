@@ -15,7 +15,9 @@ from typing import Any, cast
 
 from rtmatrix import memcap
 from rtmatrix.adapters.capabilities import ReferenceBudget
+from rtmatrix.converters import ConverterRefused
 from rtmatrix.fixtures import FixtureError, PreparedFixture, prepare_fixture, unsupported
+from rtmatrix.fixtures.sources import SOURCE_PREFIX
 from rtmatrix.fixtures.spec import ExporterUnavailable
 from rtmatrix.locks import sole_writer
 from rtmatrix.matrix import Cell, Matrix
@@ -27,7 +29,7 @@ from rtmatrix.outcome import Status
 from rtmatrix.protocol import Job, JobParams, WorkerResult, read_log_lines
 from rtmatrix.results import load_run, save_run
 from rtmatrix.runner import process
-from rtmatrix.runner.classify import CellOutcome, classify, not_run
+from rtmatrix.runner.classify import CellOutcome, classify, converter_refused, not_run
 from rtmatrix.runner.control import (
     control_for,
     diagnose,
@@ -111,7 +113,9 @@ def make_job(
     )
 
 
-def _prepare(cell: Cell, container: str) -> PreparedFixture | CellOutcome:
+def _prepare(
+    cell: Cell, container: str, converter: str | None = None
+) -> PreparedFixture | CellOutcome:
     try:
         return prepare_fixture(
             cell.fixture.name,
@@ -120,11 +124,17 @@ def _prepare(cell: Cell, container: str) -> PreparedFixture | CellOutcome:
             cell.fixture.path,
             container,
             cell.fixture.variant,
+            converter,
         )
+    except ConverterRefused as exc:  # the converter's outcome, not the runtime's
+        return converter_refused(exc)
     except ExporterUnavailable as exc:
         return not_run(Status.UNAVAILABLE, "fixture", str(exc))
-    except (FixtureError, ValueError, OSError) as exc:
-        return not_run(Status.ERROR, "fixture", str(exc))
+    except (FixtureError, ValueError, OSError) as exc:  # a user's file: their input's problem
+        users = cell.fixture.path is not None or str(cell.fixture.model or "").startswith(
+            SOURCE_PREFIX
+        )
+        return not_run(Status.ERROR, "fixture", str(exc), "input" if users else None)
 
 
 def _cgroup_evidence(cgroup: memcap.MemoryCgroup) -> dict[str, Any]:
@@ -213,7 +223,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> dict[str, Any]:
     if "error" in info:
         fin = Finished(cell, not_run(Status.ERROR, "adapter", info["error"]))
         return cell_record(fin, base, dist)
-    fx = _prepare(cell, str(info["container"]))
+    fx = _prepare(cell, str(info["container"]), info.get("converter"))
     if isinstance(fx, CellOutcome):
         return cell_record(Finished(cell, fx), base, dist)
     try:
@@ -286,7 +296,8 @@ def _anchor(
     if "unavailable" in window:
         return str(window["unavailable"])
     container = str(ctx.describe[cell.runtime]["container"])
-    base = _prepare(replace(cell, fixture=replace(cell.fixture, dtype="f32")), container)
+    f32 = replace(cell, fixture=replace(cell.fixture, dtype="f32"))
+    base = _prepare(f32, container, ctx.describe[cell.runtime].get("converter"))
     if isinstance(base, CellOutcome):
         return f"the f32 base file could not be prepared: {base.message}"
     return text, base.path, int(window["n_ctx"])
@@ -352,7 +363,9 @@ def plan_cells(
         container = describe[cell.runtime].get("container")
         why = None
         if container and cell.fixture.path is None:
-            why = unsupported(str(container), cell.fixture.dtype, cell.fixture.variant)
+            converter = describe[cell.runtime].get("converter")
+            why = unsupported(str(container), cell.fixture.dtype, cell.fixture.variant,
+                              cell.fixture.model, converter)  # fmt: skip
         if cell.fixture.variant in skip.get(cell.runtime, ()):
             why = f"the {cell.runtime} row declares variant {cell.fixture.variant!r} not applicable"
         if why:

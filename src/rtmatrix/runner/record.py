@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from rtmatrix.fixtures import FixtureError, PreparedFixture, reference_for
+from rtmatrix.fixtures import FixtureError, PreparedFixture, archs, reference_for
 from rtmatrix.fixtures.model import Reference, greedy_pick
 from rtmatrix.fixtures.prepare import reference_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
@@ -53,6 +53,19 @@ class Finished:
     text: QualityPlan | None = None
 
 
+def _architecture(model: str | None) -> dict[str, str]:
+    """A converted checkpoint's architecture (transformers' ``model_type``) for the record: the
+    report's architecture view reads it, refused cells included; {} for rtmatrix's own models."""
+    from rtmatrix.fixtures.prepare import is_converted
+
+    try:
+        if not is_converted(model):
+            return {}
+        return {"architecture": get_spec(str(model)).architecture}
+    except (FixtureError, ValueError, OSError):
+        return {}
+
+
 def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
     """The identifying part of a cell's record, known before anything runs."""
     return {
@@ -69,7 +82,8 @@ def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
             "container": container,
             "path": None,
             "sha256": None,
-        },
+        }
+        | _architecture(cell.fixture.model),
         "params": dict(cell.params),
         "expect": str(cell.expect),
         **({"expect_kind": list(cell.expect_kinds)} if cell.expect_kinds else {}),
@@ -122,7 +136,7 @@ def quality_for(fin: Finished, plan: QualityPlan) -> dict[str, Metric]:
         return quality.unavailable("the worker wrote no teacher-forced logits")
     try:
         ref = quality.reference_logits(plan)
-    except (FixtureError, ExporterUnavailable, OSError) as exc:
+    except (FixtureError, ExporterUnavailable, OSError, ValueError) as exc:
         return quality.unavailable(f"the f32 reference could not be built: {exc}")
     detail = plan.detail() | {
         "tokenizer": ran.tokenizer if ran else None,
@@ -145,8 +159,8 @@ def parity_for(fin: Finished) -> dict[str, Any]:
         prompt_ids = fin.text.prompt_ids if fin.text else None
         ref = reference_for(fx.model, fx.dtype, p["prompt_tokens"], p["gen_tokens"], fx.container,
                             prompt_ids=prompt_ids)  # fmt: skip
-    except (FixtureError, ExporterUnavailable) as exc:
-        return parity.unavailable(f"the numpy reference could not be built: {exc}")
+    except (FixtureError, ExporterUnavailable, ValueError) as exc:
+        return parity.unavailable(f"the reference could not be built: {exc}")
     logits_path = fin.job_dir / "first_logits.npy" if fin.job_dir else None
     logits = np.load(logits_path) if logits_path and logits_path.exists() else None
     reps = result.reps
@@ -158,6 +172,9 @@ def parity_for(fin: Finished) -> dict[str, Any]:
     out = parity.compare(
         judged_as, ref.tokens, ref.first_logits, reps[0].tokens, logits, ref.margins, ids_only
     )
+    if fx.conversion is not None:  # the runtime's converter wrote it: transformers judges
+        out["reference"] = ("transformers' fp32 eager forward pass on the checkpoint (the file "
+                            f"is {fx.conversion.label()}'s conversion of it)")  # fmt: skip
     if judged.downgraded and not requant:  # judged as what ran; also said at what was asked
         asked = parity.compare(fx.dtype, ref.tokens, ref.first_logits, reps[0].tokens, logits,
                                ref.margins, ids_only)  # fmt: skip
@@ -355,13 +372,20 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         judged = (par.get("numerics") or {}).get("judged_as")
         dtype = judged or (fin.fixture.dtype if fin.fixture else None)
         par = parity.judged_by_quality(par, dtype, figures)
+        conv = fin.fixture.conversion if fin.fixture else None
+        if conv is not None:  # a vendor's conversion: did it change the model?
+            kld = figures.get(M.KLD_MEAN)
+            agree = (kld.detail or {}) if kld is not None and kld.value is not None else {}
+            par = parity.conversion_judged(par, dtype, agree, conv.label())
     scenario_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
         outcome = replace(outcome, runtime_version=fin.result.runtime_version)
     record = dict(base)
     if fin.fixture is not None:
-        record["fixture"] = fin.fixture.to_dict() | {"scenario": fin.cell.fixture.scenario}
+        record["fixture"] = record["fixture"] | fin.fixture.to_dict() | {
+            "scenario": fin.cell.fixture.scenario
+        }
     busy = contention(fin)
     fin.metrics |= _contention_metrics(busy)
     evidence = _evidence(fin)
@@ -389,8 +413,8 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     reason = "; ".join(r for r in (j.reason, mark) if r)
     if reason:
         out["verdict_reason"] = reason
-    if fin.text is not None:  # a real checkpoint's cell: the report's real-model table
-        out["fixture"] = out["fixture"] | {"source": get_spec(fin.text.model).source}
+    if fin.text is not None and not archs.is_member(fin.text.model):  # a real checkpoint's
+        out["fixture"] = out["fixture"] | {"source": get_spec(fin.text.model).source}  # cell
     if fin.text is not None and fin.result is not None and fin.result.reps:
         q = fin.text
         out["generated_text"] = generated_text(q.model, fin.result.reps[0].tokens) | {

@@ -180,6 +180,7 @@ class LlamaCppAdapter(Adapter):
     distribution: ClassVar[str] = "llama-cpp-python"
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
+    converter: ClassVar[str | None] = "llama_cpp"  # convert_hf_to_gguf.py of the same sdist
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
     crash_control: ClassVar[CrashControl | None] = CRASH_CONTROL
     #: llama-bench once per phase (``-n 0``, ``-p 0``); llama-perplexity twice (the base file's

@@ -106,6 +106,7 @@ class LlamaServerAdapter(Adapter):
     distribution: ClassVar[str] = "llama-cpp-python"
     extra: ClassVar[str] = "llama-cpp"
     container: ClassVar[str] = "gguf"
+    converter: ClassVar[str | None] = "llama_cpp"  # convert_hf_to_gguf.py of the same sdist
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
     # no crash_control: a llama-server that dies takes the request, not the worker, so the
     # cell ends as the worker's error, never by a signal, and a control run would never fire

@@ -108,6 +108,9 @@ class OrtAdapter(ExplicitKvAdapter):
     distribution: ClassVar[str] = "onnxruntime"
     extra: ClassVar[str] = "onnxruntime"
     container: ClassVar[str] = "onnx"
+    #: onnxruntime-genai's model builder: its model.onnx, fed by this loop (no position_ids;
+    #: the cache's head dimension is symbolic, see ``_genai_decoder``)
+    converter: ClassVar[str | None] = "ort_genai"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:
@@ -263,21 +266,25 @@ class OrtAdapter(ExplicitKvAdapter):
             raise ValueError(msg)
         self._n_vocab = last
         self._past_of, self._empty_past = {}, {}
+        head_size = self._genai_decoder().get("head_size")
         for name, info in self._inputs.items():
             if name in ("input_ids", "attention_mask", "position_ids"):
                 continue
             suffix = name.split(".", 1)[-1]
             present = next((o for o in outs if o != name and o.endswith("." + suffix)), None)
-            shape = info.shape
+            shape = list(info.shape)
+            if len(shape) == 4 and not isinstance(shape[3], int) and isinstance(head_size, int):
+                shape[3] = head_size  # the model builder's symbolic ``kv_cache_dim``
             if (
                 present is None
                 or len(shape) != 4
                 or not all(isinstance(shape[d], int) for d in (1, 3))
             ):
                 msg = (
-                    f"input {name!r} {shape} is not a KV-cache input this adapter can feed "
+                    f"input {name!r} {info.shape} is not a KV-cache input this adapter can feed "
                     f"(expected past_*.N.key|value [batch, heads, past, head_dim] with a "
-                    f"matching present output)"
+                    f"matching present output; a symbolic head_dim needs decoder.head_size in "
+                    f"a genai_config.json beside the model)"
                 )
                 raise ValueError(msg)
             self._past_of[present] = name
@@ -288,6 +295,16 @@ class OrtAdapter(ExplicitKvAdapter):
             raise ValueError(msg)
         self._special = self._read_special_ids()
         self.reset()
+
+    def _genai_decoder(self) -> dict[str, Any]:
+        """``model.decoder`` of a genai_config.json beside the model, else empty: onnxruntime-
+        genai's model builder leaves the cache's head dimension symbolic (``kv_cache_dim``,
+        one export for plain and quantized caches) and names it there (``head_size``)."""
+        assert self._model_path is not None
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
+            cfg = json.loads(self._model_path.with_name("genai_config.json").read_text("utf-8"))
+            return dict(cfg.get("model", {}).get("decoder") or {})
+        return {}
 
     def _read_special_ids(self) -> dict[str, int]:
         """bos/eos from the model's metadata, else a genai_config.json beside it; a missing bos

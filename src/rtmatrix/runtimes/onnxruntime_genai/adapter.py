@@ -90,6 +90,7 @@ class OrtGenaiAdapter(Adapter):
     distribution: ClassVar[str] = "onnxruntime-genai"
     extra: ClassVar[str] = "onnxruntime-genai"
     container: ClassVar[str] = "onnx"
+    converter: ClassVar[str | None] = "ort_genai"  # its own model builder
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
 
     def __init__(self) -> None:

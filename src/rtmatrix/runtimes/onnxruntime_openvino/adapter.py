@@ -284,6 +284,8 @@ class OrtOpenVinoAdapter(OrtAdapter):
     distribution: ClassVar[str] = "onnxruntime-openvino"
     extra: ClassVar[str] = "onnxruntime-openvino"
     container: ClassVar[str] = "onnx"
+    #: not the genai builder's ONNX (com.microsoft contrib ops, untried with the OpenVINO EP)
+    converter: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,0 +1,33 @@
+"""Converters: each runtime vendor's own tool from a team's checkpoint to the file its runtime
+reads, one home per converter (``rtmatrix.converters.<name>``), behind :mod:`.base`.
+
+A home module provides ``TOOL`` (the tool's name in the vendor's words), ``DISTRIBUTION``,
+``CONTAINER``, ``DTYPES`` (rtmatrix dtype -> the converter's own option value) and
+``convert(folder, option, root=None, log=None) -> (main file, Conversion)``. A row names its
+converter with the adapter's ``converter`` class attribute; the registry below is lazy, so
+nothing imports a converter's home before a cell needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from rtmatrix.converters.base import ChildRun, Conversion, ConverterRefused, run_offline
+
+#: converter name -> its home module, imported on first use
+HOMES: dict[str, str] = {
+    "llama_cpp": "rtmatrix.converters.llama_cpp",
+    "ort_genai": "rtmatrix.converters.ort_genai",
+}
+
+
+def home(name: str) -> ModuleType:
+    """The home module of converter ``name`` (a ``KeyError`` names the valid ones)."""
+    if name not in HOMES:
+        msg = f"unknown converter {name!r}; valid: {', '.join(sorted(HOMES))}"
+        raise KeyError(msg)
+    return importlib.import_module(HOMES[name])
+
+
+__all__ = ["HOMES", "ChildRun", "Conversion", "ConverterRefused", "home", "run_offline"]

@@ -1,0 +1,339 @@
+"""onnxruntime-genai's model builder (``python -m onnxruntime_genai.models.builder``), the
+vendor's own converter from a Hugging Face checkpoint to the folder both ONNX rows read.
+
+:func:`convert` runs ``python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p PRECISION
+-e cpu -c CACHE`` in a child (``sys.executable``: the builder, torch, transformers and onnx-ir
+come from this environment; the parent imports none of them) without a network
+(:func:`rtmatrix.converters.base.run_offline`). It writes ``model.onnx`` + ``model.onnx.data``,
+``genai_config.json`` and the checkpoint's tokenizer files into one folder: the
+``onnxruntime_genai`` row loads the folder, the ``onnxruntime`` row ``model.onnx`` in it. The
+graph is the builder's own (``GroupQueryAttention``, ``SkipSimplifiedLayerNormalization``,
+``MatMulNBits`` at int4/int8: com.microsoft contrib ops that ONNX Runtime's CPU provider has):
+inputs ``input_ids``, ``attention_mask`` (int64), ``past_key_values.N.key|value``
+``[batch, kv_heads, past, kv_cache_dim]``, outputs ``logits`` and ``present.N.*`` of the total
+length; there is no ``position_ids`` (GQA derives positions from the mask) and the head
+dimension of the cache is symbolic (``decoder.head_size`` in ``genai_config.json`` is its value).
+
+The folder is cached (:func:`rtmatrix.fixtures.cache.cached_build`) by the checkpoint's content
+hash, the builder's version (package metadata: the runtime is never imported here), the versions
+of the packages it imports, the options and :data:`KEY_VERSION`; its
+:class:`~rtmatrix.converters.base.Conversion` record is in the entry's manifest
+(``conversion``), the builder's full log beside the model (``convert.log``).
+
+A builder that exits non-zero or writes no ``model.onnx``/``genai_config.json`` raises
+:class:`~rtmatrix.converters.base.ConverterRefused`, naming the builder, its version, the
+checkpoint's ``model_type`` and the builder's own last error line (``KeyError: 'rope_type'``).
+A refusal is cached too, keyed the same (``<entry>.refused.json`` and ``.refused.log`` beside
+where the folder would be), so every cell of one checkpoint runs a failing conversion once;
+not cached: a time-out, a kill by a signal (memory) and a missing Python package, whose retry
+may succeed. Delete the ``.refused.json`` to retry any other refusal. A missing builder or a
+missing package it needs (onnx-ir is one onnxruntime-genai does not declare) is
+:class:`~rtmatrix.fixtures.spec.ExporterUnavailable`, naming the pip command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rtmatrix.converters.base import (
+    ChildRun,
+    Conversion,
+    ConverterRefused,
+    network_attempts,
+    offline_env,
+    offline_prefix,
+    run_offline,
+)
+from rtmatrix.fixtures.cache import cache_root, cached_build, file_sha256, key_hash, safe_label
+from rtmatrix.fixtures.sources import content_sha256
+from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
+
+NAME = "ort_genai"
+TOOL = "onnxruntime_genai.models.builder"
+DISTRIBUTION = "onnxruntime-genai"
+CONTAINER = "onnx"
+#: the builder's precisions for the CPU execution provider (its fp16/bf16 are CUDA/DML ones)
+PRECISIONS = ("fp32", "int8", "int4")
+#: rtmatrix dtype -> the builder's ``--precision``. int4/int8 are ``MatMulNBits`` weights in
+#: blocks of 32 with ``accuracy_level`` 4 (int8 activations inside the matmul); int4 also
+#: quantizes the embedding (``GatherBlockQuantized``)
+DTYPES = {"f32": "fp32", "int8w": "int8", "int4w": "int4"}
+EXECUTION_PROVIDER = "cpu"
+#: bump when the key or what a conversion records changes
+KEY_VERSION = "1"
+OUTPUT = "model.onnx"
+GENAI_CONFIG = "genai_config.json"
+LOG_FILE = "convert.log"
+CONVERT_TIMEOUT_S = 3600.0
+#: what the builder needs in this environment (distribution -> module it imports); onnxruntime-
+#: genai 0.18 declares none but numpy and onnxruntime
+REQUIRED = {"onnxruntime-genai": "onnxruntime_genai", "onnx-ir": "onnx_ir", "torch": "torch",
+            "transformers": "transformers"}  # fmt: skip
+#: the packages whose versions shape the output (in the key and the record)
+PYTHON_PACKAGES = (
+    "onnxruntime-genai", "onnxruntime", "onnx-ir", "onnx", "torch", "transformers", "tokenizers",
+    "safetensors", "numpy",
+)  # fmt: skip
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+_MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A converted folder's main file, its record, and whether this call ran the builder."""
+
+    path: Path
+    conversion: Conversion
+    built: bool
+    manifest: dict[str, Any]
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        msg = (
+            f"precision {precision!r}: the model builder writes {', '.join(PRECISIONS)} for "
+            f"the {EXECUTION_PROVIDER} execution provider"
+        )
+        raise ValueError(msg)
+    return precision
+
+
+def python_packages() -> dict[str, str]:
+    """The versions of the packages the builder imports (``absent`` for a missing one)."""
+    out: dict[str, str] = {}
+    for name in PYTHON_PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def require_builder(packages: dict[str, str]) -> str:
+    """The builder's version; :class:`ExporterUnavailable` naming the pip command when it or a
+    package it imports is not installed."""
+    missing = [d for d in REQUIRED if packages.get(d, "absent") == "absent"]
+    if missing:
+        msg = (
+            f"onnxruntime-genai's model builder needs {', '.join(missing)} in this environment "
+            f"({sys.executable}): pip install {' '.join(missing)}"
+        )
+        raise ExporterUnavailable(msg)
+    return packages[DISTRIBUTION]
+
+
+def other_files_sha256(folder: Path) -> str:
+    """The checkpoint's files that ``content_sha256`` leaves out (``*.bin`` weights, a
+    SentencePiece ``tokenizer.model``, ``merges.txt``): their names and hashes."""
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.suffix not in (".json", ".safetensors"):
+            h.update(f"{f.name}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
+
+
+def conversion_key(folder: Path, precision: str, packages: dict[str, str]) -> dict[str, Any]:
+    return {
+        "key_version": KEY_VERSION,
+        "converter": NAME,
+        "tool": TOOL,
+        "distribution": DISTRIBUTION,
+        "version": packages[DISTRIBUTION],
+        "transformers": packages["transformers"],
+        "options": options(precision),
+        "source_sha256": content_sha256(folder),
+        "other_files_sha256": other_files_sha256(folder),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "python_packages": packages,
+    }
+
+
+def options(precision: str) -> dict[str, str]:
+    return {"precision": precision, "execution_provider": EXECUTION_PROVIDER}
+
+
+def model_type(folder: Path) -> str:
+    """``model_type (FirstArchitecture)`` from ``config.json``, for messages."""
+    try:
+        config = json.loads((folder / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return "no readable config.json"
+    if not isinstance(config, dict):
+        return "config.json is not an object"
+    arches = config.get("architectures") or ["?"]
+    return f"{config.get('model_type') or '?'} ({arches[0]})"
+
+
+def error_line(log: str) -> str:
+    """The builder's own last word: the exception line of its last traceback
+    (``KeyError: 'rope_type'``), else its last non-empty line."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    if starts:
+        for line in lines[starts[-1] + 1 :]:
+            if line.strip() and not line[0].isspace() and _EXCEPTION_LINE.match(line.strip()):
+                return line.strip()[:500]
+    rest = [line.strip() for line in lines if line.strip()]
+    return rest[-1][:500] if rest else "it printed nothing"
+
+
+def refusal_paths(label: str, key: dict[str, Any], root: Path | None) -> tuple[Path, Path]:
+    """Where a refusal of ``key`` is kept: beside the entry :func:`cached_build` would make."""
+    entry = (root or cache_root()) / f"{safe_label(label)}-{key_hash(key)[:16]}"
+    return (entry.with_name(f"{entry.name}.refused.json"),
+            entry.with_name(f"{entry.name}.refused.log"))  # fmt: skip
+
+
+def cached_refusal(path: Path) -> ConverterRefused | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        conversion = Conversion.from_dict(data["conversion"])
+        message = str(data["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return ConverterRefused(f"{message} (cached refusal; delete {path} to retry)", conversion)
+
+
+def _keep_refusal(paths: tuple[Path, Path], message: str, conv: Conversion, log: str) -> None:
+    """Write the refusal atomically (temp file + rename), its log beside it."""
+    record = {"message": message, "conversion": conv.to_dict(),
+              "refused_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    for path, text in ((paths[1], log), (paths[0], json.dumps(record, indent=2, sort_keys=True))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, "utf-8")
+        tmp.replace(path)
+
+
+def refusal(
+    version: str, folder: Path, precision: str, run: ChildRun, missing: str | None
+) -> tuple[str, bool]:
+    """The refusal's message, and whether a retry would refuse the same (so it is cached)."""
+    what = (f"onnxruntime-genai's model builder ({TOOL}, {DISTRIBUTION} {version}) refused "
+            f"{folder}, model_type {model_type(folder)}, at {precision}")  # fmt: skip
+    said = error_line(run.log)
+    if run.timed_out or run.returncode < 0:
+        return f"{what}: it {run.how_it_ended()}; last line: {said}", False
+    if run.returncode == 0:
+        return f"{what}: it exited 0 but wrote no {missing}; last line: {said}", True
+    if _MISSING_MODULE.match(said):
+        return f"{what}: {said} (install it in this environment: {sys.executable})", False
+    return f"{what}: {said}", True
+
+
+def convert_artifact(
+    folder: Path,
+    precision: str,
+    root: Path | None = None,
+    log: Log | None = None,
+    *,
+    timeout_s: float = CONVERT_TIMEOUT_S,
+) -> Converted:
+    """Convert the Hugging Face checkpoint ``folder`` with the model builder (cached);
+    :class:`ConverterRefused` when the builder fails."""
+    check_precision(precision)
+    folder = folder.resolve()
+    if not (folder / "config.json").is_file():
+        msg = f"checkpoint {folder} is not a Hugging Face folder (no config.json)"
+        raise FixtureError(msg)
+    say = log or (lambda _msg: None)
+    packages = python_packages()
+    version = require_builder(packages)
+    key = conversion_key(folder, precision, packages)
+    label = f"ort-genai-{folder.name}-{precision}"
+    refused = refusal_paths(label, key, root)
+    cached = cached_refusal(refused[0])
+    if cached is not None:
+        raise cached
+
+    def build(path: Path) -> dict[str, Any]:
+        again = cached_refusal(refused[0])  # refused by the process we waited for
+        if again is not None:
+            raise again
+        say(f"converting {folder} at {precision} with {TOOL} ({DISTRIBUTION} {version})")
+        return _run_builder(folder, precision, key, path, refused, timeout_s)
+
+    art = cached_build(label, key, OUTPUT, build, root)
+    conversion = Conversion.from_dict(art.manifest["conversion"])
+    say(f"{'converted' if art.built else 'cached'}: {art.path.parent}")
+    return Converted(art.path, conversion, art.built, art.manifest)
+
+
+def convert(
+    folder: Path, precision: str, root: Path | None = None, log: Log | None = None
+) -> tuple[Path, Conversion]:
+    """:func:`convert_artifact`'s ``model.onnx`` (its folder holds ``genai_config.json``) and
+    record."""
+    done = convert_artifact(folder, precision, root, log)
+    return done.path, done.conversion
+
+
+def _run_builder(
+    folder: Path, precision: str, key: dict[str, Any], path: Path,
+    refused: tuple[Path, Path], timeout_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Run the builder into ``path.parent`` (a temporary entry); the manifest's extra."""
+    out = path.parent
+    prefix, how = offline_prefix()
+    env = offline_env({"TQDM_DISABLE": "1"})  # its per-tensor progress bars only
+    with tempfile.TemporaryDirectory(prefix=".ort-genai-work-", dir=out.parent) as work:
+        cmd = [sys.executable, "-m", TOOL, "-i", str(folder), "-o", str(out), "-p", precision,
+               "-e", EXECUTION_PROVIDER, "-c", str(Path(work) / "cache")]  # fmt: skip
+        run = run_offline(cmd, out / LOG_FILE, timeout_s, env=env, cwd=Path(work))
+    version = str(key["version"])
+    conversion = Conversion(
+        converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=version,
+        options=options(precision), command=[*prefix, *cmd], wall_s=run.wall_s,
+        log_tail=run.tail, offline=how, network_attempts=network_attempts(run.log),
+        source=str(folder), source_sha256=str(key["source_sha256"]),
+    )  # fmt: skip
+    absent = [p.name for p in (path, out / GENAI_CONFIG) if not p.is_file() or not p.stat().st_size]
+    if run.returncode != 0 or absent:
+        message, keep = refusal(version, folder, precision, run, " or ".join(absent))
+        if keep:
+            _keep_refusal(refused, message, conversion, run.log)
+        raise ConverterRefused(message, conversion)
+    return {
+        "conversion": conversion.to_dict(),
+        "python_packages": key["python_packages"],
+        "files": _files(out),
+        "genai_config": _genai_summary(out / GENAI_CONFIG),
+        "log": LOG_FILE,
+    }
+
+
+def _files(out: Path) -> dict[str, dict[str, Any]]:
+    """Every file the builder wrote (and its log), with size and sha256: ``model.onnx`` holds
+    the graph only, its weights are in ``model.onnx.data``."""
+    return {f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)}
+            for f in sorted(out.iterdir()) if f.is_file()}  # fmt: skip
+
+
+def _genai_summary(path: Path) -> dict[str, Any]:
+    """What of the builder's ``genai_config.json`` a reader of ``model.onnx`` alone needs."""
+    try:
+        cfg = json.loads(path.read_text("utf-8"))
+        model, search = dict(cfg.get("model") or {}), dict(cfg.get("search") or {})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+    decoder = dict(model.get("decoder") or {})
+    return {
+        "type": model.get("type"),
+        "head_size": decoder.get("head_size"),
+        "num_key_value_heads": decoder.get("num_key_value_heads"),
+        "context_length": model.get("context_length"),
+        "past_present_share_buffer": search.get("past_present_share_buffer"),
+    }
