@@ -281,8 +281,9 @@ def test_a_fixture_can_name_the_rows_that_run_it() -> None:
 
 
 def _bad_inputs(tmp_path: Path) -> Path:
-    """A vocab-only GGUF (as llama.cpp's source tree ships them), a Qwen2 checkpoint folder and
-    a matrix that also misspells an option and names a missing model file."""
+    """A vocab-only GGUF (as llama.cpp's source tree ships them), a Qwen2 folder without
+    weights, a folder of an architecture transformers cannot load, and a matrix that also
+    misspells an option and names a missing model file."""
     import gguf
 
     vocab = tmp_path / "ggml-vocab-gpt-2.gguf"
@@ -292,9 +293,13 @@ def _bad_inputs(tmp_path: Path) -> Path:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    qwen = tmp_path / "qwen2"
+    qwen = tmp_path / "qwen2"  # an architecture transformers loads, but no weights
     qwen.mkdir()
     (qwen / "config.json").write_text('{"model_type": "qwen2", "vocab_size": 8}')
+    other = tmp_path / "other"  # an architecture transformers cannot load
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "not-a-model"}')
+    (other / "model.safetensors").write_bytes(b"")
     text = f"""
 [[runtimes]]
 name = "llama_cpp"
@@ -306,6 +311,8 @@ path = "{tmp_path / "nonexistent" / "model.gguf"}"
 source = "{vocab}"
 [[fixtures]]
 source = "{qwen}"
+[[fixtures]]
+source = "{other}"
 """
     m = tmp_path / "m.toml"
     m.write_text(text)
@@ -317,11 +324,13 @@ def test_every_bad_input_is_named_at_load_each_with_file_key_and_fix(tmp_path: P
     with pytest.raises(MatrixError) as err:
         load_matrix(_bad_inputs(tmp_path))
     text = str(err.value)
-    assert "4 problems; nothing was run" in text
+    assert "5 problems; nothing was run" in text
     assert "runtimes[0].options.flash_atn: unknown option" in text and "'flash_attn'" in text
     assert "fixtures[0].path:" in text and "does not exist; fix 'path'" in text
     assert "fixtures[1].source:" in text and "general.architecture = 'gpt2'" in text
-    assert "fixtures[2].source:" in text and "model_type = 'qwen2'" in text
+    assert "fixtures[2].source:" in text and "has no *.safetensors weights" in text
+    assert "fixtures[3].source:" in text and f"checkpoint {tmp_path / 'other'}:" in text
+    assert "model_type = 'not-a-model' is not an architecture transformers" in text
 
 
 @pytest.mark.parametrize(

@@ -7,21 +7,40 @@ builder, OpenVINO's exporter, ... Each lives in its own module of :mod:`rtmatrix
 runs in a child process (the parent never imports torch or transformers), inside a network
 namespace where the platform allows one (``unshare -n``), and is cached by checkpoint hash +
 converter version + options. Nothing here imports a converter.
+
+What the homes share besides: the checkpoint facts a key and a message need
+(:func:`model_type`, :func:`other_files_sha256`, :func:`package_versions`), the converter's last
+word in its log (:func:`error_line`), and the refusal cache (:func:`refusal_message`,
+:func:`refuse`, :func:`build_unless_refused`): a refusal a retry would repeat is kept beside the
+entry the conversion would have made, and read back instead of running the converter again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rtmatrix.fixtures.cache import (
+    CachedArtifact,
+    cache_root,
+    cached_build,
+    file_sha256,
+    key_hash,
+    safe_label,
+)
 from rtmatrix.fixtures.spec import FixtureError
 
 #: the tail of a converter's log kept in its record and in a refusal's message
@@ -38,6 +57,15 @@ NETWORK_PATTERNS = (
     r"ConnectionError",
 )
 _NETWORK = re.compile("|".join(NETWORK_PATTERNS))
+#: the line a Python traceback ends with: ``KeyError: 'rope_type'``, ``SystemExit``
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+#: an error line that says a Python package is missing (installing it is the fix)
+MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
+#: the most of a converter's error line a message quotes
+ERROR_LINE_CHARS = 500
+
+#: where a converter home says what it is doing (a progress line), or nowhere
+Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -91,6 +119,22 @@ class Conversion:
             source=str(data.get("source") or ""),
             source_sha256=str(data.get("source_sha256") or ""),
         )
+
+    @classmethod
+    def of_run(
+        cls, run: ChildRun, cmd: list[str], *, converter: str, tool: str, distribution: str,
+        version: str, options: dict[str, str], source: Path, source_sha256: str,
+    ) -> Conversion:  # fmt: skip
+        """The record of ``cmd`` as :func:`run_offline` ran it (behind :func:`offline_prefix`,
+        which also says how it was kept offline): its time, its log's tail and the network
+        attempts the log shows."""
+        prefix, how = offline_prefix()
+        return cls(
+            converter=converter, tool=tool, distribution=distribution, version=version,
+            options=dict(options), command=[*prefix, *cmd], wall_s=run.wall_s,
+            log_tail=run.tail, offline=how, network_attempts=network_attempts(run.log),
+            source=str(source), source_sha256=source_sha256,
+        )  # fmt: skip
 
     def label(self) -> str:
         """``convert_hf_to_gguf.py (llama-cpp-python 0.3.36, outtype f16)``"""
@@ -198,3 +242,169 @@ def run_offline(
     wall = time.perf_counter() - t0
     text = log_path.read_text("utf-8", errors="replace")
     return ChildRun(proc.returncode, round(wall, 2), text, timed_out)
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A converted file (a converted folder's main file), its record, the cache entry's
+    manifest, and whether this call ran the converter (False: the cache's)."""
+
+    path: Path
+    conversion: Conversion
+    built: bool
+    manifest: dict[str, Any]
+
+    @classmethod
+    def from_artifact(cls, art: CachedArtifact) -> Converted:
+        """The cache entry ``art``, whose manifest holds the record under ``conversion``."""
+        conversion = Conversion.from_dict(art.manifest["conversion"])
+        return cls(art.path, conversion, art.built, art.manifest)
+
+
+# -- the checkpoint -----------------------------------------------------------------------------
+def model_type(folder: Path, *, with_architecture: bool = False) -> str:
+    """``config.json``'s ``model_type`` (else its first architecture), for messages; with
+    ``with_architecture``, ``model_type (FirstArchitecture)`` (``?`` for either one missing).
+    What is wrong instead where the file cannot be read or is not an object."""
+    try:
+        config = json.loads((folder / "config.json").read_text("utf-8"))
+    except (OSError, ValueError):
+        return "no readable config.json"
+    if not isinstance(config, dict):
+        return "config.json is not an object"
+    arches = config.get("architectures") or ["?"]
+    if with_architecture:
+        return f"{config.get('model_type') or '?'} ({arches[0]})"
+    return str(config.get("model_type") or arches[0])
+
+
+def other_files_sha256(folder: Path) -> str:
+    """The checkpoint's files that ``content_sha256`` leaves out (``*.bin`` weights, a
+    SentencePiece ``tokenizer.model``, ``merges.txt``, a README a converter reads for metadata):
+    one hash of their names and hashes."""
+    h = hashlib.sha256()
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.suffix not in (".json", ".safetensors"):
+            h.update(f"{f.name}\0{file_sha256(f)}\n".encode())
+    return h.hexdigest()
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """The installed version of each distribution in ``names`` (``absent`` for a missing one),
+    read from package metadata: nothing is imported."""
+    out: dict[str, str] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+# -- the converter's own words ------------------------------------------------------------------
+def error_line(
+    log: str, *, skip_prefix: str | None = None, log_error: re.Pattern[str] | None = None
+) -> str:
+    """The converter's own last word on why it failed: the exception line of its last traceback
+    (``KeyError: 'rope_type'``), else (where ``log_error`` is given) the first group of the
+    last line that pattern matches (a logged ``ERROR:...:why``), else its last non-empty line;
+    ``it printed nothing`` for an empty log. Lines starting with ``skip_prefix`` (what a probe
+    in the child printed) are not the converter's and are passed over."""
+    lines = log.splitlines()
+    if skip_prefix is not None:
+        lines = [line for line in lines if not line.startswith(skip_prefix)]
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
+    if starts:
+        for line in lines[starts[-1] + 1 :]:
+            if line.strip() and not line[0].isspace() and EXCEPTION_LINE.match(line.strip()):
+                return line.strip()[:ERROR_LINE_CHARS]
+    if log_error is not None:
+        for line in reversed(lines):
+            m = log_error.match(line.strip())
+            if m and m.group(1).strip():
+                return m.group(1).strip()[:ERROR_LINE_CHARS]
+    rest = [line.strip() for line in lines if line.strip()]
+    return rest[-1][:ERROR_LINE_CHARS] if rest else "it printed nothing"
+
+
+# -- refusals -----------------------------------------------------------------------------------
+def refusal_message(what: str, run: ChildRun, said: str, missing: str | None) -> tuple[str, bool]:
+    """The refusal's message (``what`` names the converter and what it refused; ``said`` is its
+    :func:`error_line`; ``missing`` the file an exit 0 did not write), and whether a retry would
+    refuse the same, so that it is kept: not a time-out, a kill by a signal (memory) nor a
+    missing Python package (installing it is the fix)."""
+    if run.timed_out or run.returncode < 0:
+        return f"{what}: it {run.how_it_ended()}; last line: {said}", False
+    if run.returncode == 0:
+        return f"{what}: it exited 0 but wrote no {missing}; last line: {said}", True
+    if MISSING_MODULE.match(said):
+        return f"{what}: {said} (install it in this environment: {sys.executable})", False
+    return f"{what}: {said}", True
+
+
+def refusal_paths(label: str, key: dict[str, Any], root: Path | None) -> tuple[Path, Path]:
+    """Where a refusal of ``key`` is kept, ``(<entry>.refused.json, <entry>.refused.log)``:
+    beside the entry :func:`~rtmatrix.fixtures.cache.cached_build` would make."""
+    entry = (root or cache_root()) / f"{safe_label(label)}-{key_hash(key)[:16]}"
+    return (entry.with_name(f"{entry.name}.refused.json"),
+            entry.with_name(f"{entry.name}.refused.log"))  # fmt: skip
+
+
+def cached_refusal(path: Path) -> ConverterRefused | None:
+    """The refusal kept in ``path`` (a ``.refused.json``), saying how to retry; None where there
+    is none or it cannot be read."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        conversion = Conversion.from_dict(data["conversion"])
+        message = str(data["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return ConverterRefused(f"{message} (cached refusal; delete {path} to retry)", conversion)
+
+
+def keep_refusal(paths: tuple[Path, Path], message: str, conv: Conversion, log: str) -> None:
+    """Write the refusal to ``paths`` (see :func:`refusal_paths`) atomically (temp file +
+    rename), the converter's full log first, the record (which :func:`cached_refusal` reads)
+    last."""
+    record = {"message": message, "conversion": conv.to_dict(),
+              "refused_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+    for path, text in ((paths[1], log), (paths[0], json.dumps(record, indent=2, sort_keys=True))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, "utf-8")
+        tmp.replace(path)
+
+
+def refuse(
+    paths: tuple[Path, Path], message: str, conv: Conversion, log: str, *, keep: bool
+) -> ConverterRefused:
+    """The :class:`ConverterRefused` to raise, kept first in ``paths`` where ``keep`` (see
+    :func:`refusal_message`)."""
+    if keep:
+        keep_refusal(paths, message, conv, log)
+    return ConverterRefused(message, conv)
+
+
+def build_unless_refused(
+    label: str,
+    key: dict[str, Any],
+    filename: str,
+    build: Callable[[Path, tuple[Path, Path]], dict[str, Any]],
+    root: Path | None = None,
+) -> CachedArtifact:
+    """:func:`~rtmatrix.fixtures.cache.cached_build` of ``key`` behind its refusal cache: a kept
+    refusal is raised (before the lock, and again after it: the process waited for may have
+    refused) instead of running ``build(path, refusal_paths)``, which keeps its own refusals
+    there (:func:`refuse`)."""
+    refused = refusal_paths(label, key, root)
+    cached = cached_refusal(refused[0])
+    if cached is not None:
+        raise cached
+
+    def guarded(path: Path) -> dict[str, Any]:
+        again = cached_refusal(refused[0])  # refused by the process we waited for
+        if again is not None:
+            raise again
+        return build(path, refused)
+
+    return cached_build(label, key, filename, guarded, root)

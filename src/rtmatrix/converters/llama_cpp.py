@@ -29,7 +29,6 @@ retry may succeed. Delete the ``.refused.json`` to retry any other refusal.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import re
@@ -38,21 +37,13 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.converters.base import (
-    ChildRun,
-    Conversion,
-    ConverterRefused,
-    network_attempts,
-    offline_env,
-    offline_prefix,
-    run_offline,
-)
-from rtmatrix.fixtures.cache import cache_root, cached_build, file_sha256, key_hash, safe_label
+from rtmatrix.converters import base
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
+from rtmatrix.fixtures.cache import file_sha256
 from rtmatrix.fixtures.sources import content_sha256
 from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
 from rtmatrix.runtimes.llama_cpp.reftool import (
@@ -104,11 +95,8 @@ def _rtmatrix_report_gguf():
 
 atexit.register(_rtmatrix_report_gguf)
 '''
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
+#: the converter's own logged error (``ERROR:hf-to-gguf:why``): its last word without a traceback
 _LOG_ERROR = re.compile(r"^(?:ERROR|CRITICAL):[\w.-]+:(.*)$")
-_MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -128,16 +116,6 @@ class ConverterSource:
     @property
     def probe(self) -> Path:
         return self.root / "probe"
-
-
-@dataclass(frozen=True)
-class Converted:
-    """A converted file, its record, and whether this call ran the converter."""
-
-    path: Path
-    conversion: Conversion
-    built: bool
-    manifest: dict[str, Any]
 
 
 # -- the converter's source ---------------------------------------------------------------------
@@ -276,24 +254,7 @@ def check_outtype(outtype: str) -> str:
 
 def python_packages() -> dict[str, str]:
     """The versions of the packages the converter imports from this environment."""
-    out: dict[str, str] = {}
-    for name in PYTHON_PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
-def other_files_sha256(folder: Path) -> str:
-    """The checkpoint's files that ``content_sha256`` leaves out (``*.bin`` weights, a
-    SentencePiece ``tokenizer.model``, ``merges.txt``, the README the converter reads for
-    metadata): their names and hashes."""
-    h = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f.suffix not in (".json", ".safetensors"):
-            h.update(f"{f.name}\0{file_sha256(f)}\n".encode())
-    return h.hexdigest()
+    return base.package_versions(PYTHON_PACKAGES)
 
 
 def conversion_key(source: ConverterSource, folder: Path, outtype: str) -> dict[str, Any]:
@@ -306,45 +267,18 @@ def conversion_key(source: ConverterSource, folder: Path, outtype: str) -> dict[
         "sdist_sha256": source.sdist_sha256,
         "options": {"outtype": outtype},
         "source_sha256": content_sha256(folder),
-        "other_files_sha256": other_files_sha256(folder),
+        "other_files_sha256": base.other_files_sha256(folder),
         "source_name": folder.name,  # the converter names the model after its folder
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "python_packages": python_packages(),
     }
 
 
-def model_type(folder: Path) -> str:
-    """``config.json``'s ``model_type`` (else its first architecture), for messages."""
-    try:
-        config = json.loads((folder / "config.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return "no readable config.json"
-    if not isinstance(config, dict):
-        return "config.json is not an object"
-    arches = config.get("architectures") or ["?"]
-    return str(config.get("model_type") or arches[0])
-
-
-def _without_probe(lines: list[str]) -> list[str]:
-    return [line for line in lines if not line.startswith(PROBE)]
-
-
 def error_line(log: str) -> str:
     """The converter's own last word on why it failed: the exception line of its last
     traceback (``NotImplementedError: ...``), else its last ``ERROR:`` log line, else its last
-    line."""
-    lines = _without_probe(log.splitlines())
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
-    if starts:
-        for line in lines[starts[-1] + 1 :]:
-            if line.strip() and not line[0].isspace() and _EXCEPTION_LINE.match(line.strip()):
-                return line.strip()[:500]
-    for line in reversed(lines):
-        m = _LOG_ERROR.match(line.strip())
-        if m and m.group(1).strip():
-            return m.group(1).strip()[:500]
-    rest = [line.strip() for line in lines if line.strip()]
-    return rest[-1][:500] if rest else "it printed nothing"
+    line; the probe's line is not the converter's."""
+    return base.error_line(log, skip_prefix=PROBE, log_error=_LOG_ERROR)
 
 
 def gguf_imported_from(log: str) -> str | None:
@@ -353,47 +287,11 @@ def gguf_imported_from(log: str) -> str | None:
     return found[-1] if found else None
 
 
-def refusal_paths(label: str, key: dict[str, Any], root: Path | None) -> tuple[Path, Path]:
-    """Where a refusal of ``key`` is kept: beside the entry :func:`cached_build` would make."""
-    entry = (root or cache_root()) / f"{safe_label(label)}-{key_hash(key)[:16]}"
-    return entry.with_name(f"{entry.name}.refused.json"), entry.with_name(
-        f"{entry.name}.refused.log"
-    )
-
-
-def _cached_refusal(path: Path) -> ConverterRefused | None:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-        conversion = Conversion.from_dict(data["conversion"])
-        message = str(data["message"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return ConverterRefused(f"{message} (cached refusal; delete {path} to retry)", conversion)
-
-
-def _keep_refusal(paths: tuple[Path, Path], message: str, conv: Conversion, log: str) -> None:
-    """Write the refusal atomically (temp file + rename), its log beside it."""
-    record = {"message": message, "conversion": conv.to_dict(),
-              "refused_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    for path, text in ((paths[1], log), (paths[0], json.dumps(record, indent=2, sort_keys=True))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, "utf-8")
-        tmp.replace(path)
-
-
 def _refusal(source: ConverterSource, folder: Path, run: ChildRun, out: Path) -> tuple[str, bool]:
     """The refusal's message, and whether a retry would refuse the same (so it is cached)."""
     what = f"llama.cpp's {TOOL} ({DISTRIBUTION} {source.version}) refused {folder}"
-    what += f" ({model_type(folder)})"
-    if run.timed_out or run.returncode < 0:
-        return f"{what}: it {run.how_it_ended()}; last line: {error_line(run.log)}", False
-    said = error_line(run.log)
-    if run.returncode == 0:
-        return f"{what}: it exited 0 but wrote no {out.name}; last line: {said}", True
-    if _MISSING_MODULE.match(said):
-        return f"{what}: {said} (install it in this environment: {sys.executable})", False
-    return f"{what}: {said}", True
+    what += f" ({base.model_type(folder)})"
+    return base.refusal_message(what, run, error_line(run.log), out.name)
 
 
 def convert_artifact(
@@ -415,21 +313,12 @@ def convert_artifact(
     source = converter_source(say)
     key = conversion_key(source, folder, outtype)
     label = f"llama.cpp-convert-{folder.name}-{outtype}"
-    refused = refusal_paths(label, key, root)
-    cached = _cached_refusal(refused[0])
-    if cached is not None:
-        raise cached
 
-    def build(path: Path) -> dict[str, Any]:
-        again = _cached_refusal(refused[0])  # refused by the process we waited for
-        if again is not None:
-            raise again
+    def build(path: Path, refused: tuple[Path, Path]) -> dict[str, Any]:
         say(f"converting {folder} to {outtype} with {source.label}")
         return _run_converter(source, folder, outtype, key, path, refused, timeout_s)
 
-    art = cached_build(label, key, OUTPUT, build, root)
-    return Converted(art.path, Conversion.from_dict(art.manifest["conversion"]), art.built,
-                     art.manifest)  # fmt: skip
+    return Converted.from_artifact(base.build_unless_refused(label, key, OUTPUT, build, root))
 
 
 def convert(
@@ -453,21 +342,16 @@ def _run_converter(
     cmd = [sys.executable, str(source.script), str(folder), "--outfile", str(path),
            "--outtype", outtype]  # fmt: skip
     pythonpath = f"{source.probe}{os.pathsep}{source.gguf_py}"
-    env = offline_env({"PYTHONPATH": pythonpath})
+    env = base.offline_env({"PYTHONPATH": pythonpath})
     env.pop("NO_LOCAL_GGUF", None)  # it would stop the converter preferring its own gguf-py
-    prefix, how = offline_prefix()
-    run = run_offline(cmd, path.parent / LOG_FILE, timeout_s, env=env, cwd=path.parent)
-    conversion = Conversion(
-        converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=source.version,
-        options={"outtype": outtype}, command=[*prefix, *cmd], wall_s=run.wall_s,
-        log_tail=run.tail, offline=how, network_attempts=network_attempts(run.log),
-        source=str(folder), source_sha256=str(key["source_sha256"]),
+    run = base.run_offline(cmd, path.parent / LOG_FILE, timeout_s, env=env, cwd=path.parent)
+    conversion = Conversion.of_run(
+        run, cmd, converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=source.version,
+        options={"outtype": outtype}, source=folder, source_sha256=str(key["source_sha256"]),
     )  # fmt: skip
     if run.returncode != 0 or not path.is_file() or path.stat().st_size == 0:
         message, keep = _refusal(source, folder, run, path)
-        if keep:
-            _keep_refusal(refused, message, conversion, run.log)
-        raise ConverterRefused(message, conversion)
+        raise base.refuse(refused, message, conversion, run.log, keep=keep)
     imported = gguf_imported_from(run.log)
     if imported is None or not Path(imported).resolve().is_relative_to(source.gguf_py.resolve()):
         msg = (

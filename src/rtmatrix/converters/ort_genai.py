@@ -33,29 +33,16 @@ missing package it needs (onnx-ir is one onnxruntime-genai does not declare) is
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
-import os
-import re
 import sys
 import tempfile
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.converters.base import (
-    ChildRun,
-    Conversion,
-    ConverterRefused,
-    network_attempts,
-    offline_env,
-    offline_prefix,
-    run_offline,
-)
-from rtmatrix.fixtures.cache import cache_root, cached_build, file_sha256, key_hash, safe_label
+from rtmatrix.converters import base
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
+from rtmatrix.converters.base import error_line as error_line  # the builder's: no specifics
+from rtmatrix.fixtures.cache import file_sha256
 from rtmatrix.fixtures.sources import content_sha256
 from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
 
@@ -85,20 +72,6 @@ PYTHON_PACKAGES = (
     "onnxruntime-genai", "onnxruntime", "onnx-ir", "onnx", "torch", "transformers", "tokenizers",
     "safetensors", "numpy",
 )  # fmt: skip
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
-_MISSING_MODULE = re.compile(r"^(ModuleNotFoundError|ImportError)\b")
-
-Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Converted:
-    """A converted folder's main file, its record, and whether this call ran the builder."""
-
-    path: Path
-    conversion: Conversion
-    built: bool
-    manifest: dict[str, Any]
 
 
 def check_precision(precision: str) -> str:
@@ -113,13 +86,7 @@ def check_precision(precision: str) -> str:
 
 def python_packages() -> dict[str, str]:
     """The versions of the packages the builder imports (``absent`` for a missing one)."""
-    out: dict[str, str] = {}
-    for name in PYTHON_PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    return base.package_versions(PYTHON_PACKAGES)
 
 
 def require_builder(packages: dict[str, str]) -> str:
@@ -135,16 +102,6 @@ def require_builder(packages: dict[str, str]) -> str:
     return packages[DISTRIBUTION]
 
 
-def other_files_sha256(folder: Path) -> str:
-    """The checkpoint's files that ``content_sha256`` leaves out (``*.bin`` weights, a
-    SentencePiece ``tokenizer.model``, ``merges.txt``): their names and hashes."""
-    h = hashlib.sha256()
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f.suffix not in (".json", ".safetensors"):
-            h.update(f"{f.name}\0{file_sha256(f)}\n".encode())
-    return h.hexdigest()
-
-
 def conversion_key(folder: Path, precision: str, packages: dict[str, str]) -> dict[str, Any]:
     return {
         "key_version": KEY_VERSION,
@@ -155,7 +112,7 @@ def conversion_key(folder: Path, precision: str, packages: dict[str, str]) -> di
         "transformers": packages["transformers"],
         "options": options(precision),
         "source_sha256": content_sha256(folder),
-        "other_files_sha256": other_files_sha256(folder),
+        "other_files_sha256": base.other_files_sha256(folder),
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "python_packages": packages,
     }
@@ -165,73 +122,14 @@ def options(precision: str) -> dict[str, str]:
     return {"precision": precision, "execution_provider": EXECUTION_PROVIDER}
 
 
-def model_type(folder: Path) -> str:
-    """``model_type (FirstArchitecture)`` from ``config.json``, for messages."""
-    try:
-        config = json.loads((folder / "config.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return "no readable config.json"
-    if not isinstance(config, dict):
-        return "config.json is not an object"
-    arches = config.get("architectures") or ["?"]
-    return f"{config.get('model_type') or '?'} ({arches[0]})"
-
-
-def error_line(log: str) -> str:
-    """The builder's own last word: the exception line of its last traceback
-    (``KeyError: 'rope_type'``), else its last non-empty line."""
-    lines = log.splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call")]
-    if starts:
-        for line in lines[starts[-1] + 1 :]:
-            if line.strip() and not line[0].isspace() and _EXCEPTION_LINE.match(line.strip()):
-                return line.strip()[:500]
-    rest = [line.strip() for line in lines if line.strip()]
-    return rest[-1][:500] if rest else "it printed nothing"
-
-
-def refusal_paths(label: str, key: dict[str, Any], root: Path | None) -> tuple[Path, Path]:
-    """Where a refusal of ``key`` is kept: beside the entry :func:`cached_build` would make."""
-    entry = (root or cache_root()) / f"{safe_label(label)}-{key_hash(key)[:16]}"
-    return (entry.with_name(f"{entry.name}.refused.json"),
-            entry.with_name(f"{entry.name}.refused.log"))  # fmt: skip
-
-
-def cached_refusal(path: Path) -> ConverterRefused | None:
-    try:
-        data = json.loads(path.read_text("utf-8"))
-        conversion = Conversion.from_dict(data["conversion"])
-        message = str(data["message"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return ConverterRefused(f"{message} (cached refusal; delete {path} to retry)", conversion)
-
-
-def _keep_refusal(paths: tuple[Path, Path], message: str, conv: Conversion, log: str) -> None:
-    """Write the refusal atomically (temp file + rename), its log beside it."""
-    record = {"message": message, "conversion": conv.to_dict(),
-              "refused_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
-    for path, text in ((paths[1], log), (paths[0], json.dumps(record, indent=2, sort_keys=True))):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, "utf-8")
-        tmp.replace(path)
-
-
 def refusal(
     version: str, folder: Path, precision: str, run: ChildRun, missing: str | None
 ) -> tuple[str, bool]:
     """The refusal's message, and whether a retry would refuse the same (so it is cached)."""
+    kind = base.model_type(folder, with_architecture=True)
     what = (f"onnxruntime-genai's model builder ({TOOL}, {DISTRIBUTION} {version}) refused "
-            f"{folder}, model_type {model_type(folder)}, at {precision}")  # fmt: skip
-    said = error_line(run.log)
-    if run.timed_out or run.returncode < 0:
-        return f"{what}: it {run.how_it_ended()}; last line: {said}", False
-    if run.returncode == 0:
-        return f"{what}: it exited 0 but wrote no {missing}; last line: {said}", True
-    if _MISSING_MODULE.match(said):
-        return f"{what}: {said} (install it in this environment: {sys.executable})", False
-    return f"{what}: {said}", True
+            f"{folder}, model_type {kind}, at {precision}")  # fmt: skip
+    return base.refusal_message(what, run, error_line(run.log), missing)
 
 
 def convert_artifact(
@@ -254,22 +152,14 @@ def convert_artifact(
     version = require_builder(packages)
     key = conversion_key(folder, precision, packages)
     label = f"ort-genai-{folder.name}-{precision}"
-    refused = refusal_paths(label, key, root)
-    cached = cached_refusal(refused[0])
-    if cached is not None:
-        raise cached
 
-    def build(path: Path) -> dict[str, Any]:
-        again = cached_refusal(refused[0])  # refused by the process we waited for
-        if again is not None:
-            raise again
+    def build(path: Path, refused: tuple[Path, Path]) -> dict[str, Any]:
         say(f"converting {folder} at {precision} with {TOOL} ({DISTRIBUTION} {version})")
         return _run_builder(folder, precision, key, path, refused, timeout_s)
 
-    art = cached_build(label, key, OUTPUT, build, root)
-    conversion = Conversion.from_dict(art.manifest["conversion"])
-    say(f"{'converted' if art.built else 'cached'}: {art.path.parent}")
-    return Converted(art.path, conversion, art.built, art.manifest)
+    done = Converted.from_artifact(base.build_unless_refused(label, key, OUTPUT, build, root))
+    say(f"{'converted' if done.built else 'cached'}: {done.path.parent}")
+    return done
 
 
 def convert(
@@ -287,25 +177,20 @@ def _run_builder(
 ) -> dict[str, Any]:  # fmt: skip
     """Run the builder into ``path.parent`` (a temporary entry); the manifest's extra."""
     out = path.parent
-    prefix, how = offline_prefix()
-    env = offline_env({"TQDM_DISABLE": "1"})  # its per-tensor progress bars only
+    env = base.offline_env({"TQDM_DISABLE": "1"})  # its per-tensor progress bars only
     with tempfile.TemporaryDirectory(prefix=".ort-genai-work-", dir=out.parent) as work:
         cmd = [sys.executable, "-m", TOOL, "-i", str(folder), "-o", str(out), "-p", precision,
                "-e", EXECUTION_PROVIDER, "-c", str(Path(work) / "cache")]  # fmt: skip
-        run = run_offline(cmd, out / LOG_FILE, timeout_s, env=env, cwd=Path(work))
+        run = base.run_offline(cmd, out / LOG_FILE, timeout_s, env=env, cwd=Path(work))
     version = str(key["version"])
-    conversion = Conversion(
-        converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=version,
-        options=options(precision), command=[*prefix, *cmd], wall_s=run.wall_s,
-        log_tail=run.tail, offline=how, network_attempts=network_attempts(run.log),
-        source=str(folder), source_sha256=str(key["source_sha256"]),
+    conversion = Conversion.of_run(
+        run, cmd, converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=version,
+        options=options(precision), source=folder, source_sha256=str(key["source_sha256"]),
     )  # fmt: skip
     absent = [p.name for p in (path, out / GENAI_CONFIG) if not p.is_file() or not p.stat().st_size]
     if run.returncode != 0 or absent:
         message, keep = refusal(version, folder, precision, run, " or ".join(absent))
-        if keep:
-            _keep_refusal(refused, message, conversion, run.log)
-        raise ConverterRefused(message, conversion)
+        raise base.refuse(refused, message, conversion, run.log, keep=keep)
     return {
         "conversion": conversion.to_dict(),
         "python_packages": key["python_packages"],

@@ -65,6 +65,11 @@ def _ran(cell: Mapping[str, Any]) -> ArchCell | None:
     if conv.get("changed_the_model"):
         pos = conv.get("first_divergence_position")
         where = f"; first clear flip at position {pos}" if pos is not None else ""
+        feats = conv.get("config_features") or {}
+        if feats:
+            title += "; the checkpoint's settings to check first: " + ", ".join(
+                f"{k} = {v}" for k, v in feats.items()
+            )
         return ArchCell("differs", f"{dtype}: runs but differs ({figures}{where})", title)
     return ArchCell("exact", f"{dtype}: agrees ({figures})", title)
 

@@ -377,6 +377,10 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
             kld = figures.get(M.KLD_MEAN)
             agree = (kld.detail or {}) if kld is not None and kld.value is not None else {}
             par = parity.conversion_judged(par, dtype, agree, conv.label())
+            if (par.get("conversion") or {}).get("changed_the_model") and conv.source:
+                from rtmatrix.fixtures.checkpoints import features  # what to look at first
+
+                par["conversion"]["config_features"] = features(Path(conv.source))
     scenario_reference(fin)
     outcome = refine(fin.outcome, par, fin.result)
     if fin.result and fin.result.runtime_version:
