@@ -84,7 +84,8 @@ def test_a_built_member_is_a_hugging_face_folder(
         assert config["model_type"] == archs.ARCHITECTURES[name].model_type
         assert config["vocab_size"] == 49152 and config["initializer_range"] == archs.INIT_STD
         tok = json.loads((folder / "tokenizer_config.json").read_text("utf-8"))
-        assert tok["eos_token"] == "<|im_end|>" and tok["model_max_length"] == 1024
+        assert tok["eos_token"] == "<|im_end|>"
+        assert tok["model_max_length"] == config["max_position_embeddings"]
     assert "torch" not in sys.modules and "transformers" not in sys.modules
 
 
@@ -110,7 +111,8 @@ def test_the_features_survive_save_pretrained(
     # transformers 5 writes rope_parameters (not rope_scaling), partial_rotary_factor inside it
     assert phi["rope_parameters"]["rope_type"] == "longrope"
     assert phi["rope_parameters"]["partial_rotary_factor"] == 0.75
-    assert phi["rope_parameters"]["original_max_position_embeddings"] == 64
+    assert phi["rope_parameters"]["original_max_position_embeddings"] == 4096
+    assert phi["max_position_embeddings"] == 16384
 
 
 @needs_torch

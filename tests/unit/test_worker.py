@@ -16,6 +16,7 @@ def test_describe_reports_metadata_without_the_runtime() -> None:
         "distribution": "llama-cpp-python",
         "extra": "llama-cpp",
         "container": "gguf",
+        "converter": "llama_cpp",  # convert_hf_to_gguf.py for a checkpoint of another kind
         "prepares": True,  # builds llama-bench once per run
         "reference_tool": True,
         "reference_budget": {"benchmark_runs": 2, "quality_runs": 2},  # cell timeouts
