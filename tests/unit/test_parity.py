@@ -115,6 +115,11 @@ def test_a_conversion_that_moves_logits_beyond_what_ran_changed_the_model() -> N
     # a flip at a near-tie (margin within what ran) with small logit error: numerics
     tie = conversion_judged(measured, "f16", _agreement(0.04, [(3, 0.01)]), "tool (dist 1)")
     assert tie["within_tolerance"] and not tie["conversion"]["changed_the_model"]
+    # computed in f16, a logit error grown over depth is not a changed model; a clear flip is
+    deep = conversion_judged(measured, "f16", _agreement(0.08, [(3, 0.04)]), "tool (dist 1)")
+    assert not deep["conversion"]["changed_the_model"]
+    clear = conversion_judged(measured, "f16", _agreement(0.08, [(3, 0.6)]), "tool (dist 1)")
+    assert clear["conversion"]["changed_the_model"]
 
 
 def test_a_quantized_conversion_is_left_to_the_kld_judgement() -> None:
