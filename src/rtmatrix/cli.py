@@ -8,6 +8,7 @@ error).
 ``rtmatrix gate`` has its own: 0 pass, 1 significant regression, 2 new failure, 3 nothing
 comparable or missing data, 4 bad input (so that a typo is not read as a new failure);
 ``rtmatrix compare`` likewise: 0 pass, 1 regression, 2 new failure, 3 inconclusive, 4 bad input.
+``rtmatrix select``: 0 a candidate is eligible, 1 none is, 4 bad input.
 """
 
 from __future__ import annotations
@@ -628,6 +629,78 @@ def _add_compare_cmd(sub: Any) -> None:
     cmp.set_defaults(func=_cmd_compare)
 
 
+SELECT_DESCRIPTION = """\
+The selection verdict: per model (real checkpoints first), each candidate (runtime row x dtype x
+the settings it needed) is eligible or excluded, with every failed constraint and its figure;
+the eligible ones are ordered by the Pareto front over quality (KLD) x speed (TG) x memory,
+then the priorities, candidates within noise of each other tied (the report's ranking test).
+Given several runs (a folder: history, upgrades), consistency is a criterion: TG spread across
+runs, the place each candidate held, and whether each regression was explained by a recorded
+change -- a consistent second place whose regressions remain explainable beats a one-time
+winner that cannot be diagnosed.
+
+Constraints: the newest run's matrix [selection] table over the defaults, then each
+--constraint KEY=VALUE (a TOML value, else a string), e.g. max_kld=0.01,
+max_package_size_mib=100, min_tg_tps=20@small-long-context, licenses=MIT,Apache-2.0,
+priorities=tg,memory, max_peak_memory_mib=off. Every constraint is listed in the output with
+where it came from and why its default is what it is.
+
+Exit codes: 0 a candidate is eligible for the first model, 1 none is, 4 bad input."""
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from rtmatrix.results import ResultError
+    from rtmatrix.selection import SelectionError, constraints_for, select
+
+    try:
+        runs = _report_runs(args.runs)
+        selection = select(runs, constraints_for(runs, args.constraint or []))
+    except (ResultError, SelectionError) as exc:
+        print(f"rtmatrix: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    text = selection.to_markdown()
+    outputs: list[tuple[str | None, Callable[[], str]]] = [
+        (args.markdown, lambda: text),
+        (args.json, lambda: json.dumps(selection.to_dict(), indent=1, allow_nan=False) + "\n"),
+    ]
+    try:
+        for path, render in outputs:
+            if path:
+                _write(path, render())
+                print(f"rtmatrix: wrote {path}", file=sys.stderr)
+    except OSError as exc:
+        print(f"rtmatrix: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not args.quiet:
+        sys.stdout.write(text)
+    return selection.exit_code
+
+
+def _add_select_cmd(sub: Any) -> None:
+    sel = sub.add_parser(
+        "select",
+        help="which runtime to pick under your constraints, and why the others are out "
+        "(exit 0 a candidate is eligible, 1 none is, 4 bad input)",
+        description=SELECT_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    assert isinstance(sel, _Parser)
+    sel.usage_exit = EXIT_BAD_INPUT
+    sel.add_argument(
+        "runs", nargs="+", metavar="RUN.json|FOLDER",
+        help="result JSON files or folders of them; the newest run decides, the others add "
+        "each candidate's history",
+    )  # fmt: skip
+    sel.add_argument(
+        "-c", "--constraint", action="append", metavar="KEY=VALUE",
+        help="a constraint over the matrix's [selection] table (repeatable; see above)",
+    )  # fmt: skip
+    sel.add_argument("--markdown", metavar="FILE", help="write the verdict as Markdown (CI)")
+    sel.add_argument("--json", metavar="FILE", help="write the verdict as JSON")
+    sel.add_argument("-q", "--quiet", action="store_true", help="do not print the verdict")
+    sel.set_defaults(func=_cmd_select)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="rtmatrix",
@@ -638,7 +711,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_run_cmd, _add_merge_cmd, _add_report_cmd, _add_validate_cmd, _add_diff_cmd,
                 _add_gate_cmd, _add_export_cmd, _add_fixtures_cmd, _add_compare_cmd,
-                _add_runtimes_cmd):  # fmt: skip
+                _add_runtimes_cmd, _add_select_cmd):  # fmt: skip
         add(sub)
     return p
 

@@ -578,3 +578,12 @@ def test_a_real_model_cell_shows_its_quality_and_its_generated_text_escaped() ->
     assert "0.0039" in llama and "94.9" in llama and "38.9" in llama
     fake = rows["quality (real model)"][1][0].parts[0].value
     assert fake.text == "not run" and "no real-model cell" in fake.title
+
+
+def test_the_page_opens_with_the_selection_verdict() -> None:
+    from tests.browser.runs import sample_run
+
+    html = render_html([sample_run()])
+    assert 'id="answer"' in html and html.index('id="answer"') < html.index('id="selection"')
+    assert "Which runtime fits" in html and "<ol class=\"answer-ranked\">" in html
+    assert "Constraints: peak memory" in html

@@ -60,6 +60,7 @@ TOP_KEYS = (
     "fixtures",
     "power",
     "gate",
+    "selection",
     "targets",
     "cluster",
 )
@@ -698,6 +699,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     except PowerConfigError as exc:
         raise ctx.fail(f"power.{exc.key}", exc.problem) from None
     _gate_table(ctx, ctx.table(raw.get("gate", {}), "gate"))
+    _selection_table(ctx, ctx.table(raw.get("selection", {}), "selection"))
     try:
         targets = parse_targets(raw.get("targets"))
         cluster = parse_cluster(raw.get("cluster"), path.parent)
@@ -723,6 +725,17 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         targets=targets,
         cluster=cluster,
     )
+
+
+def _selection_table(ctx: _Ctx, table: dict[str, Any]) -> None:
+    """``[selection]``: the constraints and priorities ``rtmatrix select`` and the report's
+    answer read (:mod:`rtmatrix.selection.constraints`), checked at load."""
+    from rtmatrix.selection import Constraints, SelectionError
+
+    try:
+        Constraints.from_table(table)
+    except SelectionError as exc:
+        raise ctx.fail(f"selection.{exc.key}" if exc.key else "selection", exc.problem) from None
 
 
 def _gate_table(ctx: _Ctx, table: dict[str, Any]) -> None:

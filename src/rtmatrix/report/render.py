@@ -92,6 +92,19 @@ def _upgrades(runs: list[RunRecord], baseline: RunRecord | None) -> list[upgrade
     return [upgrade.view(baseline, run) for run in runs if run["run_id"] != baseline["run_id"]]
 
 
+def _answer(runs: list[RunRecord]) -> Any:
+    """The selection verdict the page opens with (``rtmatrix select`` on the same runs, under
+    the newest run's ``[selection]`` table and the defaults); None when it cannot be given."""
+    from rtmatrix.selection import SelectionError, constraints_for, select  # select reads
+    # the report's views: imported here, not at the top, so neither module needs the other first
+
+    try:
+        return select(runs, constraints_for(runs, []))
+    except (SelectionError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        # records this release cannot read for a verdict: the page says so and goes on
+        return {"unavailable": f"no selection verdict: {type(exc).__name__}: {exc}"}
+
+
 def render_html(
     runs: list[RunRecord],
     baseline: RunRecord | None = None,
@@ -118,6 +131,7 @@ def render_html(
         "stack_rows": stack.rows(cols, notes),
         "real_sources": realmodel.sources(cols),
         "architectures": architectures.view(cols),
+        "answer": _answer(runs),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),

@@ -351,6 +351,20 @@ class Constraints:
         ]  # fmt: skip
         return out
 
+    def summary(self) -> str:
+        """The constraints in one line: hard limits, licences, classes, priorities."""
+        limits = []
+        for s in LIMITS:
+            lim = self.limit(s.key)
+            if lim is not None:
+                sign = "≤" if s.bound == "max" else "≥"
+                limits.append(f"{s.label} {sign} {lim.text(s.unit)}")
+        lic = ", ".join(self.licenses) if self.licenses is not None else "any"
+        behave = ", ".join(self.must_behave) or "none"
+        order = " > ".join(self.priorities)
+        figures = "; ".join(limits) or "no hard limit on figures"
+        return f"{figures}; licence: {lic}; must behave: {behave}; priorities: {order}"
+
     def _origin(self, key: str) -> str:
         if key == "must_behave" and "failing_fixtures_visible" in self.origin:
             return self.origin["failing_fixtures_visible"]

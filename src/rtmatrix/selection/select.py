@@ -255,8 +255,8 @@ class ModelSelection:
 
     def markdown(self) -> list[str]:
         runs = f"{self.runs} runs, newest {self.run_id}" if self.runs > 1 else f"run {self.run_id}"
-        at = f", {params_text(dict(self.params))}" if self.params else ""
-        out = [f"For **{self.model}** ({self.kind}) on {self.host} ({runs}{at}), under these "
+        at = f", at {params_text(dict(self.params))}" if self.params else ""
+        out = [f"For **{self.model}** ({self.kind}) on {self.host}, {runs}{at}, under these "
                "constraints:", ""]  # fmt: skip
         for c in self.ranked:
             tie = "=" if c.tied_with else ""
@@ -297,7 +297,7 @@ class Selection:
         }  # fmt: skip
 
     def to_markdown(self) -> str:
-        out = ["## Selection", ""]
+        out = ["## Selection", "", f"Constraints: {self.constraints.summary()}.", ""]
         for m in self.models:
             out += [*m.markdown(), ""]
         if not self.models:
@@ -413,6 +413,8 @@ def _draft(col: Column, model: str, dtype: str, cell: CellRecord) -> _Draft:
     shown = picked(col, cell)
     pick = col.picks.get(str(cell["key"]))
     d = _Draft(col, model, dtype, cell, shown["metrics"], settings)
+    if cell.get("numerics_mark"):
+        d.notes.append(f"computed below the requested precision: {cell.get('numerics_mark')}")
     if pick is not None:
         d.notes.append(pick.why)
     elif cell.get("contended"):
@@ -562,7 +564,7 @@ def _applicable(drafts: Sequence[_Draft], spec: LimitSpec, c: Constraints) -> bo
     if lim is None:
         return False
     for d in drafts:
-        cells = [(d.metrics)] if lim.at is None else [x["metrics"] for x in _cells_at(d, lim.at)]
+        cells = [d.metrics] if lim.at is None else [x["metrics"] for x in _cells_at(d, lim.at)]
         if any(isinstance(as_dict(m.get(spec.metric)).get("value"), int | float) for m in cells):
             return True
     return False
@@ -722,9 +724,12 @@ def _series(d: _Draft) -> list[tuple[Column, CellRecord]]:
 
 def _attach_history(drafts: Sequence[_Draft], c: Constraints, places: _Places) -> None:
     """Spreads (for the noise test) and consistency of every candidate."""
+    tables: dict[int, Any] = {}
     for d in drafts:
         series = _series(d)
-        table = history.frame(d.col.series or [d.col])
+        if id(d.col) not in tables:
+            tables[id(d.col)] = history.frame(d.col.series or [d.col])
+        table = tables[id(d.col)]
         shown = picked(d.col, d.cell)
         for metric in history.TRACKED:
             s = history.spread(table, shown, metric)
