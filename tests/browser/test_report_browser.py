@@ -153,3 +153,20 @@ def test_evidence_link_opens_its_panel(page: Page) -> None:
 
 def test_screenshot_kept(page: Page) -> None:
     assert page.screenshot.stat().st_size > 10_000
+
+
+def test_the_first_screen_holds_the_answer(
+    browser: WebDriver, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A team lead opening a run's report sees which runtime fits without scrolling."""
+    from selenium.webdriver.common.by import By
+
+    index = render_report([sample_run()], tmp_path_factory.mktemp("answer"))
+    browser.set_window_size(1400, 1000)
+    browser.get(index.as_uri())
+    answer = browser.find_element(By.ID, "answer")
+    top = float(browser.execute_script("return arguments[0].getBoundingClientRect().top", answer))
+    height = float(browser.execute_script("return window.innerHeight"))
+    assert top < height / 2, f"the answer starts at {top}px of a {height}px screen"
+    first = browser.find_element(By.CSS_SELECTOR, "#answer ol.answer-ranked li")
+    assert first.is_displayed() and "because" in first.text

@@ -69,3 +69,13 @@ def test_the_report_shows_the_view_and_a_run_without_converted_models_has_none()
     plain = sample_run()
     assert architectures.view(columns([plain])) is None
     assert 'id="architectures"' not in render_html([plain])
+
+
+def test_the_selection_matrix_architecture_row_reads_the_view() -> None:
+    from rtmatrix.report.views import Notes, selection
+
+    rows = {r.label: r for r in selection(columns([_run()]), Notes())}
+    texts = [p.value.text for it in rows["architecture"].entries[0] for p in it.parts]
+    titles = " ".join(p.value.title for it in rows["architecture"].entries[0] for p in it.parts)
+    assert any(t.startswith("gemma3_text (0/1 cells PASS)") for t in texts), texts
+    assert "differs: f32: runs but differs" in titles and "refused" in titles

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rtmatrix.report.views import Column
+if TYPE_CHECKING:  # the views read a cell's state from here; this module reads their columns
+    from rtmatrix.report.views import Column
 
 #: the states a cell of the view can be in, in the order a reader scans for them
 STATES = ("exact", "differs", "refused", "failed", "no-converter", "not-judged")
@@ -74,7 +75,7 @@ def _ran(cell: Mapping[str, Any]) -> ArchCell | None:
     return ArchCell("exact", f"{dtype}: agrees ({figures})", title)
 
 
-def _cell(cell: Mapping[str, Any]) -> ArchCell:
+def cell_state(cell: Mapping[str, Any]) -> ArchCell:
     outcome = cell.get("outcome") or {}
     dtype = (cell.get("fixture") or {}).get("dtype")
     if outcome.get("charged_to") == "converter" and outcome.get("phase") == "convert":
@@ -112,7 +113,7 @@ def view(cols: list[Column]) -> ArchView | None:
                 continue
             model = _model_of(fixture)
             row = rows.setdefault(model, ArchRow(model, str(arch)))
-            got = _cell(cell)
+            got = cell_state(cell)
             row.cells[label] = _merge(row.cells.get(label), ArchCell(got.state, got.text,
                                                                      got.title, anchor))
             if label not in labels:

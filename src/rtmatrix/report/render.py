@@ -131,7 +131,8 @@ def render_html(
         "stack_rows": stack.rows(cols, notes),
         "real_sources": realmodel.sources(cols),
         "architectures": architectures.view(cols),
-        "answer": _answer(runs),
+        # an upgrade or comparison page answers "what changed" first: its own view leads
+        "answer": None if baseline or comparison else _answer(runs),
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),

@@ -19,6 +19,7 @@ from rtmatrix.matrix import options_text
 from rtmatrix.metrics import registry
 from rtmatrix.names import M, Scenario
 from rtmatrix.outcome import Source, Verdict
+from rtmatrix.report.architectures import cell_state
 from rtmatrix.results.records import CellRecord, MetricRecord, ParityRecord, RunRecord, value_of
 from rtmatrix.runtimes.llama_cpp.records import legacy_reference_tool
 from rtmatrix.scenarios import SPECS, metric_prefixes
@@ -700,6 +701,12 @@ def _architecture(col: Column, notes: Notes) -> list[Item]:
     archs: dict[str, list[str]] = {}
     for _, c in col.cells:
         fx = c["fixture"]
+        if fx.get("architecture"):  # a converted checkpoint: what its conversion made of it
+            state = cell_state(c)
+            archs.setdefault(str(fx["architecture"]), []).append(
+                f"{fixture_label(c)}: {c['verdict']} ({state.state}: {state.text})"
+            )
+            continue
         arch = c["evidence"].get("architecture")
         if arch is None and fx.get("model") and fx.get("variant") is None:
             arch = FIXTURE_ARCH
@@ -1255,3 +1262,4 @@ def serve_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]
         return []
     key = f"serve_c{levels[-1]}_ttft_p50_s"
     return [Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes))]
+
