@@ -2,7 +2,8 @@
 as ``source`` runs on llama.cpp (its own convert_hf_to_gguf.py) and ONNX Runtime (onnxruntime-
 genai's model builder), judged against transformers; llama.cpp's converter is silently wrong on
 Gemma 3 with a custom layer pattern (wrong-output, charged to the converter); the genai builder
-refuses Qwen3-MoE (an error of the converter's own kind). Real converters, real runtimes."""
+refuses Qwen3-MoE (an error of the converter's own kind); a Q4_0 file is llama.cpp's own route,
+convert then llama-quantize (built on demand). Real converters, real runtimes."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def arch_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         f"[[fixtures]]\nsource = '{mine}'\ndtypes = ['f32']\n"
         "[[fixtures]]\nmodel = 'gemma3-custom-toy'\ndtypes = ['f32']\nruntimes = ['llama_cpp']\n"
         "[[fixtures]]\nmodel = 'qwen3-moe-toy'\ndtypes = ['f32']\nruntimes = ['onnxruntime']\n"
+        "[[fixtures]]\nmodel = 'qwen3-toy'\ndtypes = ['q4_0']\nruntimes = ['llama_cpp']\n"
     )
     m = parse_matrix(text, tmp / "m.toml")
     run = load_run(run_matrix(m, tmp / "results", progress=lambda _: None, cwd=REPO))
@@ -94,3 +96,17 @@ def test_a_converter_refusal_is_charged_to_the_converter(arch_run: dict[str, Any
     assert out["status"] == "error" and out["phase"] == "convert", out
     assert out["error_kind"] == "converter-refused" and out["charged_to"] == "converter"
     assert "onnxruntime-genai" in out["message"] and "not currently supported" in out["message"]
+
+
+def test_a_k_quant_is_the_converters_f32_file_through_llama_quantize(
+    arch_run: dict[str, Any],
+) -> None:
+    c = _cell(arch_run, "llama_cpp", "qwen3-toy/q4_0")
+    assert c["outcome"]["status"] == "ok", c["outcome"]
+    made = c["fixture"]["conversion"]
+    assert made["tool"] == "convert_hf_to_gguf.py + llama-quantize"
+    assert made["options"] == {"outtype": "f32", "quantize": "Q4_0"}
+    assert "llama-quantize" in " ".join(made["command"])
+    kld = c["metrics"]["kld_mean"]
+    assert kld["value"] is not None and 0 < kld["value"] < 0.5, kld  # judged by its KLD
+    assert c["parity"]["conversion"]["changed_the_model"] is False

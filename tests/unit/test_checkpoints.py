@@ -64,6 +64,7 @@ def test_a_folder_transformers_cannot_load_is_refused_naming_the_model_type(
 def test_a_row_takes_a_converted_checkpoint_only_through_its_own_converter() -> None:
     assert "names no converter" in str(unconvertible(None, "f32", None))
     assert unconvertible("llama_cpp", "f32", None) is None
-    assert "writes no 'q4_0'" in str(unconvertible("llama_cpp", "q4_0", None))
+    assert unconvertible("llama_cpp", "q4_0", None) is None  # convert, then llama-quantize
+    assert "writes no 'int8'" in str(unconvertible("llama_cpp", "int8", None))
     assert "writes no 'q8_0'" in str(unconvertible("ort_genai", "q8_0", None))
     assert "own exporters make" in str(unconvertible("llama_cpp", "f32", "nan-weights"))

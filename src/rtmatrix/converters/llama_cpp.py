@@ -63,7 +63,12 @@ CONTAINER = "gguf"
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 #: rtmatrix dtype -> the converter's ``--outtype`` (q4_0 and the other k-quants are
 #: llama-quantize's, not built here yet)
-DTYPES = {"f32": "f32", "f16": "f16", "q8_0": "q8_0"}
+DTYPES = {"f32": "f32", "f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}
+#: rtmatrix dtype -> llama-quantize's type, applied to the converter's f32 file (llama.cpp's
+#: own route to a k-quant: convert, then quantize)
+QUANTIZED = {"q4_0": "Q4_0"}
+QUANTIZE_KEY_VERSION = "1"
+QUANTIZE_TIMEOUT_S = 1800.0
 #: bump when the key or what a conversion records changes
 CONVERTER_KEY_VERSION = "1"
 SOURCE_MANIFEST = "convert-source.json"
@@ -321,13 +326,57 @@ def convert_artifact(
     return Converted.from_artifact(base.build_unless_refused(label, key, OUTPUT, build, root))
 
 
+def quantize_artifact(
+    folder: Path, dtype: str, root: Path | None = None, log: Log | None = None
+) -> Converted:
+    """The checkpoint at ``dtype`` (:data:`QUANTIZED`) the way llama.cpp makes one: the
+    converter's f32 file, then ``llama-quantize`` (built on demand from the same sdist, an
+    entry of its own), cached by the f32 file's hash + the quantizer's version + the type."""
+    from rtmatrix.runtimes.llama_cpp.reftool import QUANTIZE, build_tools, tool_env
+
+    say = log or (lambda _msg: None)
+    f32 = convert_artifact(folder, "f32", root, log)
+    tools = build_tools(log=say, targets=QUANTIZE)
+    binary = tools.bin_dir / QUANTIZE[0]
+    qtype = QUANTIZED[dtype]
+    key = {"quantize_key_version": QUANTIZE_KEY_VERSION, "base_sha256": file_sha256(f32.path),
+           "tool": tools.manifest["binaries"][QUANTIZE[0]]["sha256"], "type": qtype}  # fmt: skip
+    label = f"llama.cpp-quantize-{folder.name}-{dtype}"
+
+    def build(path: Path, refused: tuple[Path, Path]) -> dict[str, Any]:
+        cmd = [str(binary), str(f32.path), str(path), qtype, str(os.cpu_count() or 1)]
+        say(f"quantizing {f32.path.name} to {qtype} with llama-quantize")
+        run = base.run_offline(cmd, path.parent / LOG_FILE, QUANTIZE_TIMEOUT_S,
+                               env=tool_env(tools.bin_dir))  # fmt: skip
+        first = f32.conversion
+        conv = Conversion(
+            converter=NAME, tool=f"{TOOL} + llama-quantize", distribution=DISTRIBUTION,
+            version=first.version, options={"outtype": "f32", "quantize": qtype},
+            command=[*first.command, "&&", *base.offline_prefix()[0], *cmd],
+            wall_s=round(first.wall_s + run.wall_s, 2), log_tail=run.tail,
+            offline=first.offline, network_attempts=base.network_attempts(run.log),
+            source=first.source, source_sha256=first.source_sha256,
+        )  # fmt: skip
+        if run.returncode != 0 or not path.is_file():
+            why = base.error_line(run.log) or run.how_it_ended()
+            msg = (f"llama.cpp's llama-quantize ({DISTRIBUTION} {first.version}) refused "
+                   f"{f32.path.name} at {qtype}: {why}")  # fmt: skip
+            raise base.refuse(refused, msg, conv, run.log, keep=not run.timed_out)
+        return {"conversion": conv.to_dict(), "quantize_tool": tools.tool_version(QUANTIZE[0])}
+
+    return Converted.from_artifact(base.build_unless_refused(label, key, OUTPUT, build, root))
+
+
 def convert(
     folder: Path, outtype: str, root: Path | None = None, log: Log | None = None
 ) -> tuple[Path, Conversion]:
     """:func:`convert_artifact`'s file and record; a converter that cannot be had here (no
     sdist, no torch) is :class:`ExporterUnavailable` (the cell is unavailable, with why)."""
     try:
-        done = convert_artifact(folder, outtype, root, log)
+        if outtype in QUANTIZED:
+            done = quantize_artifact(folder, outtype, root, log)
+        else:
+            done = convert_artifact(folder, outtype, root, log)
     except ToolUnavailable as exc:
         msg = f"{TOOL} is unavailable here: {exc.reason}"
         raise ExporterUnavailable(msg) from exc

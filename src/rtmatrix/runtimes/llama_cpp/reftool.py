@@ -41,6 +41,9 @@ from rtmatrix.fixtures.cache import cache_root, file_sha256, key_hash
 
 DISTRIBUTION = "llama-cpp-python"
 BINARIES = ("llama-bench", "llama-server", "llama-perplexity")
+#: llama.cpp's quantizer, built on demand into an entry of its own (a converted checkpoint's
+#: k-quant dtypes), so adding it did not change the key of the tools every run needs
+QUANTIZE = ("llama-quantize",)
 MANIFEST = "tool-build.json"
 TOOLS_DIR_ENV = "RTMATRIX_TOOLS_DIR"
 BUILD_KEY_VERSION = "1"
@@ -175,13 +178,15 @@ def host_cpu_id() -> str:
     return f"{platform.machine()}-{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
 
 
-def build_key(version: str, options: dict[str, str]) -> dict[str, Any]:
+def build_key(
+    version: str, options: dict[str, str], targets: tuple[str, ...] = BINARIES
+) -> dict[str, Any]:
     return {
         "key_version": BUILD_KEY_VERSION,
         "distribution": DISTRIBUTION,
         "version": version,
         "cmake_options": dict(sorted(options.items())),
-        "targets": list(BINARIES),
+        "targets": list(targets),
         "compiler": compiler_id(),
         "host_cpu": host_cpu_id(),
     }
@@ -191,11 +196,11 @@ def entry_dir(root: Path, version: str, key: dict[str, Any]) -> Path:
     return root / f"llama.cpp-{version}-{key_hash(key)[:12]}"
 
 
-def read_valid(entry: Path) -> dict[str, Any] | None:
+def read_valid(entry: Path, targets: tuple[str, ...] = BINARIES) -> dict[str, Any] | None:
     """The manifest of a complete entry (every binary present with its recorded sha256 size)."""
     try:
         manifest: dict[str, Any] = json.loads((entry / MANIFEST).read_text("utf-8"))
-        for name in BINARIES:
+        for name in targets:
             rec = manifest["binaries"][name]
             if (entry / "bin" / name).stat().st_size != rec["size_bytes"]:
                 return None
@@ -306,19 +311,21 @@ def configure_cmd(src: Path, build: Path, options: dict[str, str]) -> list[str]:
     return cmd + [f"-D{k}={v}" for k, v in sorted(options.items())]
 
 
-def build_cmd(build: Path, jobs: int) -> list[str]:
-    return ["cmake", "--build", str(build), "--target", *BINARIES, "-j", str(max(1, jobs))]
+def build_cmd(build: Path, jobs: int, targets: tuple[str, ...] = BINARIES) -> list[str]:
+    return ["cmake", "--build", str(build), "--target", *targets, "-j", str(max(1, jobs))]
 
 
-def stage_binaries(build_bin: Path, out_bin: Path) -> list[str]:
-    """Copy the two binaries and every shared library beside them (symlinks kept)."""
+def stage_binaries(
+    build_bin: Path, out_bin: Path, targets: tuple[str, ...] = BINARIES
+) -> list[str]:
+    """Copy the binaries and every shared library beside them (symlinks kept)."""
     out_bin.mkdir(parents=True)
     names: list[str] = []
     for p in sorted(build_bin.iterdir()):
-        if p.name in BINARIES or ".so" in p.name:
+        if p.name in targets or ".so" in p.name:
             shutil.copy2(p, out_bin / p.name, follow_symlinks=False)
             names.append(p.name)
-    missing = [b for b in BINARIES if not (out_bin / b).is_file()]
+    missing = [b for b in targets if not (out_bin / b).is_file()]
     if missing:
         msg = f"the build produced no {', '.join(missing)} in {build_bin}"
         raise ToolUnavailable(msg)
@@ -389,18 +396,19 @@ def _build_into(work: Path, out: Path, key: dict[str, Any], jobs: int, log: Log)
         CONFIGURE_TIMEOUT_S,
         "cmake configure",
     )
-    log(f"building {', '.join(BINARIES)} with -j{jobs}")
+    targets = tuple(key["targets"])
+    log(f"building {', '.join(targets)} with -j{jobs}")
     t_cfg = time.perf_counter()
-    _step(build_cmd(work / "build", jobs), log_path, BUILD_TIMEOUT_S, "cmake --build")
+    _step(build_cmd(work / "build", jobs, targets), log_path, BUILD_TIMEOUT_S, "cmake --build")
     t_build = time.perf_counter()
-    libs = stage_binaries(work / "build" / "bin", out / "bin")
+    libs = stage_binaries(work / "build" / "bin", out / "bin", targets)
     manifest = {
         "key": key,
         "key_sha256": key_hash(key),
         "sdist": {"file": sdist.name, "sha256": file_sha256(sdist)},
         "cmake_options": options,
         "configure_cmd": configure_cmd(Path("<src>"), Path("<build>"), options),
-        "build_cmd": build_cmd(Path("<build>"), jobs),
+        "build_cmd": build_cmd(Path("<build>"), jobs, targets),
         "compiler": key["compiler"],
         "cmake_version": _first_line(["cmake", "--version"]),
         "jobs": jobs,
@@ -410,7 +418,7 @@ def _build_into(work: Path, out: Path, key: dict[str, Any], jobs: int, log: Log)
         "total_s": round(time.perf_counter() - t0, 1),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "files": file_records(out / "bin", libs),
-        "binaries": {b: _binary_record(out / "bin" / b) for b in BINARIES},
+        "binaries": {b: _binary_record(out / "bin" / b) for b in targets},
     }
     shutil.copy2(log_path, out / "build.log")
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), "utf-8")
@@ -438,22 +446,24 @@ def build_tools(
     *,
     jobs: int = 2,
     log: Log | None = None,
+    targets: tuple[str, ...] = BINARIES,
 ) -> ToolBuild:
-    """Build (or reuse) llama-bench and llama-server from the sdist of llama-cpp-python
-    ``version`` (default: the installed one). Raises :class:`ToolUnavailable` with the reason."""
+    """Build (or reuse) llama.cpp's ``targets`` (llama-bench, llama-server, llama-perplexity;
+    or :data:`QUANTIZE`, an entry of its own) from the sdist of llama-cpp-python ``version``
+    (default: the installed one). Raises :class:`ToolUnavailable` with the reason."""
     say = log or (lambda _msg: None)
     version = version or installed_version()
     root = cache_dir or tools_root()
-    key = build_key(version, cmake_options())
+    key = build_key(version, cmake_options(), targets)
     entry = entry_dir(root, version, key)
-    manifest = read_valid(entry)
+    manifest = read_valid(entry, targets)
     if manifest is not None:
         return ToolBuild(entry, version, manifest, built=False)
     if shutil.which("cmake") is None:
         msg = "cmake is not on PATH (needed to build the llama.cpp tools from the sdist)"
         raise ToolUnavailable(msg)
     with build_lock(root / f".{entry.name}.lock", LOCK_TIMEOUT_S, say):
-        manifest = read_valid(entry)  # built by the process we waited for
+        manifest = read_valid(entry, targets)  # built by the process we waited for
         if manifest is not None:
             return ToolBuild(entry, version, manifest, built=False)
         work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-build-", dir=root))
@@ -465,11 +475,11 @@ def build_tools(
             raise ToolUnavailable(msg) from exc
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    manifest = read_valid(entry)
+    manifest = read_valid(entry, targets)
     if manifest is None:
         msg = f"the tool build finished but {entry} is not a complete entry"
         raise ToolUnavailable(msg)
-    say(f"built {', '.join(BINARIES)} in {manifest['total_s']} s -> {entry / 'bin'}")
+    say(f"built {', '.join(targets)} in {manifest['total_s']} s -> {entry / 'bin'}")
     return ToolBuild(entry, version, manifest, built=True)
 
 
