@@ -102,7 +102,11 @@ def test_a_k_quant_is_the_converters_f32_file_through_llama_quantize(
     arch_run: dict[str, Any],
 ) -> None:
     c = _cell(arch_run, "llama_cpp", "qwen3-toy/q4_0")
-    assert c["outcome"]["status"] == "ok", c["outcome"]
+    # judged by its KLD and same-top share as any quantized real-model cell: a 64-wide toy at
+    # 4 bits keeps ~50 % of top tokens (seen: KLD 0.16, same-top 48 %), so ok or wrong-output —
+    # but never charged to the converter: the conversion itself held
+    assert c["outcome"]["status"] in ("ok", "wrong-output"), c["outcome"]
+    assert c["outcome"].get("charged_to") is None
     made = c["fixture"]["conversion"]
     assert made["tool"] == "convert_hf_to_gguf.py + llama-quantize"
     assert made["options"] == {"outtype": "f32", "quantize": "Q4_0"}

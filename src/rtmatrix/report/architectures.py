@@ -72,6 +72,10 @@ def _ran(cell: Mapping[str, Any]) -> ArchCell | None:
                 f"{k} = {v}" for k, v in feats.items()
             )
         return ArchCell("differs", f"{dtype}: runs but differs ({figures}{where})", title)
+    outcome = cell.get("outcome") or {}
+    if outcome.get("status") != "ok":  # the conversion held, the runtime's output did not
+        return ArchCell("failed", f"{dtype}: {outcome.get('status')} ({figures})",
+                        f"{title}; {outcome.get('message')}")  # fmt: skip
     return ArchCell("exact", f"{dtype}: agrees ({figures})", title)
 
 
