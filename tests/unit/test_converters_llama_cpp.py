@@ -173,7 +173,8 @@ def test_f32_conversion_has_transformers_logits(checkpoint: Path, cache: Path) -
     again = convert_artifact(checkpoint, "f32", root=cache)
     assert not again.built and time.perf_counter() - t0 < 5.0
     assert again.conversion == conv and again.path == done.path
-    assert convert(checkpoint, "f32", root=cache) == (done.path, conv)
+    via = convert(checkpoint, "f32", root=cache)
+    assert (via.path, via.conversion, via.built) == (done.path, conv, False)
 
 
 @pytest.mark.integration

@@ -202,7 +202,7 @@ def test_fp32_conversion_has_transformers_logits(toys: Path, cache: Path) -> Non
 @_needs_builder()
 def test_the_folder_runs_in_onnxruntime_genai(toys: Path, cache: Path) -> None:
     og = pytest.importorskip("onnxruntime_genai")
-    path, _conv = convert(toys / "qwen3", "fp32", root=cache)
+    path = convert(toys / "qwen3", "fp32", root=cache).path
     ids = json.loads((toys / "ids.json").read_text())[:8]
     model = og.Model(str(path.parent))
     params = og.GeneratorParams(model)

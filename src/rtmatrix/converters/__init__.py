@@ -3,7 +3,8 @@ reads, one home per converter (``rtmatrix.converters.<name>``), behind :mod:`.ba
 
 A home module provides ``TOOL`` (the tool's name in the vendor's words), ``DISTRIBUTION``,
 ``CONTAINER``, ``DTYPES`` (rtmatrix dtype -> the converter's own option value) and
-``convert(folder, option, root=None, log=None) -> (main file, Conversion)``. A row names its
+``convert(folder, option, root=None, log=None) -> Converted`` (the main file, its record,
+the cache entry's manifest, whether this call built it). A row names its
 converter with the adapter's ``converter`` class attribute; the registry below is lazy, so
 nothing imports a converter's home before a cell needs it.
 """

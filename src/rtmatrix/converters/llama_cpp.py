@@ -369,18 +369,17 @@ def quantize_artifact(
 
 def convert(
     folder: Path, outtype: str, root: Path | None = None, log: Log | None = None
-) -> tuple[Path, Conversion]:
-    """:func:`convert_artifact`'s file and record; a converter that cannot be had here (no
-    sdist, no torch) is :class:`ExporterUnavailable` (the cell is unavailable, with why)."""
+) -> Converted:
+    """:func:`convert_artifact` (or :func:`quantize_artifact` for :data:`QUANTIZED`); a
+    converter that cannot be had here (no sdist, no torch) is :class:`ExporterUnavailable`
+    (the cell is unavailable, with why)."""
     try:
         if outtype in QUANTIZED:
-            done = quantize_artifact(folder, outtype, root, log)
-        else:
-            done = convert_artifact(folder, outtype, root, log)
+            return quantize_artifact(folder, outtype, root, log)
+        return convert_artifact(folder, outtype, root, log)
     except ToolUnavailable as exc:
         msg = f"{TOOL} is unavailable here: {exc.reason}"
         raise ExporterUnavailable(msg) from exc
-    return done.path, done.conversion
 
 
 def _run_converter(

@@ -164,11 +164,10 @@ def convert_artifact(
 
 def convert(
     folder: Path, precision: str, root: Path | None = None, log: Log | None = None
-) -> tuple[Path, Conversion]:
-    """:func:`convert_artifact`'s ``model.onnx`` (its folder holds ``genai_config.json``) and
-    record."""
-    done = convert_artifact(folder, precision, root, log)
-    return done.path, done.conversion
+) -> Converted:
+    """:func:`convert_artifact`: ``model.onnx`` (its folder holds ``genai_config.json``), its
+    record, and whether this call built it."""
+    return convert_artifact(folder, precision, root, log)
 
 
 def _run_builder(

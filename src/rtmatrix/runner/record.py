@@ -62,8 +62,8 @@ def _architecture(model: str | None) -> dict[str, str]:
         if not is_converted(model):
             return {}
         return {"architecture": get_spec(str(model)).architecture}
-    except (FixtureError, ValueError, OSError):
-        return {}
+    except (FixtureError, ExporterUnavailable, ValueError, OSError):  # the cell's own fixture
+        return {}  # step records why (no torch to build the toy, an unreadable folder, ...)
 
 
 def base_record(cell: Cell, container: str | None) -> dict[str, Any]:
