@@ -32,8 +32,10 @@ session fails with compare's exit code: 1 regression, 2 new failure, 3 inconclus
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -43,18 +45,9 @@ PYTHON = "3.11"
 # llama-cpp-python builds from source; libmtmd is not needed and skipping it saves ~1.5 min
 BUILD_ENV = {"CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DLLAVA_BUILD=OFF")}
 DEFAULT_MATRIX = "matrix/default.toml"
-# distribution -> (rtmatrix extra, runtime rows of the matrix that use it)
-RUNTIMES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "llama-cpp-python": ("llama-cpp", ("llama_cpp",)),
-    "onnxruntime": ("onnxruntime", ("onnxruntime",)),
-    "onnxruntime-genai": ("onnxruntime-genai", ("onnxruntime_genai",)),
-    "apache-tvm": ("mlc", ("tvm_aot", "tvm_jit")),
-    "onnxruntime-openvino": ("onnxruntime-openvino", ("ort_openvino", "ort_cpu_control")),
-    "openvino": ("openvino", ("openvino",)),
-    "openvino-genai": ("openvino-genai", ("openvino_genai",)),
-    "mnn": ("mnn", ("mnn", "mnn_w8", "mnn_w4")),
-    "ai-edge-litert": ("litert", ("litert",)),
-}
+# Which rows a distribution runs and which rtmatrix extra installs it are read from the adapter
+# registry (``rtmatrix runtimes --json``: each adapter declares its distribution and extra), in
+# the session's own venv — nothing here restates them.
 #: upgrades whose matrix rows run int8 ONNX fixtures (the parent quantizes them with ORT)
 QUANTIZED_WITH_ORT = (
     "onnxruntime", "onnxruntime-genai", "onnxruntime-openvino", "openvino", "openvino-genai",
@@ -69,12 +62,31 @@ def _matrix_args(session: nox.Session, default: str) -> list[str]:
     return session.posargs or [default]
 
 
+def _registry(session: nox.Session) -> list[dict[str, Any]]:
+    """The adapter registry as the adapters declare it (rtmatrix itself, no runtime, needed)."""
+    session.install("-e", ".")
+    out = session.run("rtmatrix", "runtimes", "--json", silent=True)
+    text = out if isinstance(out, str) else ""
+    rows: list[dict[str, Any]] = json.loads(text[text.index("[") :]) if "[" in text else []
+    return rows
+
+
+def _extra(session: nox.Session, distribution: str) -> str:
+    """The rtmatrix extra that installs ``distribution``, from the adapter registry."""
+    rows = _registry(session)
+    extras = sorted({r["extra"] for r in rows if r["distribution"] == distribution})
+    if not extras:
+        known = sorted({r["distribution"] for r in rows})
+        session.error(f"unknown distribution {distribution!r}; valid: {', '.join(known)}")
+    return str(extras[0])
+
+
 def _run_rows(session: nox.Session, distribution: str) -> None:
     """The matrix for one runtime's rows, in this session's venv with only its extra."""
-    extra, rows = RUNTIMES[distribution]
-    session.install("-e", f".[{extra}]", env=BUILD_ENV)
-    only = [arg for row in rows for arg in ("--runtime", row)]
-    session.run("rtmatrix", "run", *_matrix_args(session, DEFAULT_MATRIX), *only)
+    session.install("-e", f".[{_extra(session, distribution)}]", env=BUILD_ENV)
+    session.run(
+        "rtmatrix", "run", *_matrix_args(session, DEFAULT_MATRIX), "--distribution", distribution
+    )
 
 
 @nox.session(python=PYTHON)
@@ -144,8 +156,6 @@ def _upgrade_args(session: nox.Session, usage: str) -> tuple[str, str, str, str,
     if len(args) < 3 or any(a.startswith("-") for a in args[:3]):
         session.error(usage)
     dist, old, new, rest = args[0], args[1], args[2], args[3:]
-    if dist not in RUNTIMES:
-        session.error(f"unknown distribution {dist!r}; valid: {', '.join(RUNTIMES)}")
     matrix_file = rest.pop(0) if rest and not rest[0].startswith("-") else DEFAULT_MATRIX
     return dist, old, new, matrix_file, rest
 
@@ -156,7 +166,7 @@ def _venv_python(venv: Path) -> str:
 
 def _version_venv(session: nox.Session, dist: str, version: str) -> str:
     """``.nox/upgrade-<dist>-<version>``: rtmatrix (editable) and ``dist==version``; its python."""
-    extra, _ = RUNTIMES[dist]
+    extra = _extra(session, dist)
     venv = Path(session.virtualenv.location).parent / f"upgrade-{dist}-{version}"
     if not Path(_venv_python(venv)).exists():
         session.run("python", "-m", "venv", str(venv))
@@ -176,7 +186,7 @@ def _parent_install(dist: str) -> str:
 
 
 def _rows(dist: str) -> list[str]:
-    return [arg for row in RUNTIMES[dist][1] for arg in ("--runtime", row)]
+    return ["--distribution", dist]
 
 
 @nox.session(python=PYTHON)

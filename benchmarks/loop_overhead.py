@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from rtmatrix.adapters.base import LoadParams
+from rtmatrix.adapters.base import LoadParams, load_adapter_class
 from rtmatrix.fixtures import prepare_fixture, reference_for
 from rtmatrix.fixtures.spec import get_spec
 from rtmatrix.matrix import load_matrix
@@ -73,8 +73,12 @@ GOAL = 0.95
 class Row:
     name: str
     adapter: str
-    container: str
     options: str = ""  # the [[runtimes]] options, TOML inline table body
+
+    @property
+    def container(self) -> str:
+        """The model container the row's adapter reads, as its registry entry declares it."""
+        return load_adapter_class(self.adapter).container
 
     def options_dict(self) -> dict[str, Any]:
         import tomllib
@@ -85,12 +89,12 @@ class Row:
 ROWS = {
     r.name: r
     for r in (
-        Row("llama_cpp", "llama_cpp", "gguf"),
-        Row("onnxruntime", "onnxruntime", "onnx"),
-        Row("onnxruntime_genai", "onnxruntime_genai", "onnx"),
-        Row("tvm_aot", "tvm", "tvm", 'mode = "aot"'),
-        Row("mnn", "mnn", "onnx"),
-        Row("litert", "litert", "tflite"),
+        Row("llama_cpp", "llama_cpp"),
+        Row("onnxruntime", "onnxruntime"),
+        Row("onnxruntime_genai", "onnxruntime_genai"),
+        Row("tvm_aot", "tvm", 'mode = "aot"'),
+        Row("mnn", "mnn"),
+        Row("litert", "litert"),
     )
 }
 
@@ -166,12 +170,6 @@ def _setup(row: Row, args: argparse.Namespace, tmp: Path) -> Setup:
         "warmup": args.warmup,
         "repetitions": args.repetitions,
     }
-    if row.adapter == "mnn":  # the tight loop loads the .mnn the harness's converter caches
-        from importlib import metadata
-
-        from rtmatrix.runtimes.mnn.convert import mnn_file
-
-        job["mnn_path"] = str(mnn_file(fx.path, {}, metadata.version("mnn"))[0])
     return Setup(row, matrix, job)
 
 

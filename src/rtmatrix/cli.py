@@ -43,6 +43,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 RUNTIME_HELP = "only this runtime row, or every row a sweep made of it (repeatable)"
+DIST_HELP = (
+    "only the rows whose runtime is this PyPI distribution, as each adapter declares it "
+    "(e.g. onnxruntime; repeatable; `rtmatrix runtimes --json` lists them)"
+)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -51,7 +55,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from rtmatrix.results import load_run
 
     matrix = load_matrix(Path(args.matrix))
-    runtimes = set(args.runtime or [])
+    runtimes, dists = set(args.runtime or []), set(args.distribution or [])
     known = matrix.row_names()
     if runtimes - known:
         print(
@@ -60,11 +64,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    if dists - matrix.distributions():
+        print(
+            f"rtmatrix: --distribution {sorted(dists - matrix.distributions())}: no row of "
+            f"{args.matrix} runs it; valid: {', '.join(sorted(matrix.distributions()))}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         load_run(resume)  # a corrupt or newer file is refused before anything runs
-    rows = matrix.rows_selected(runtimes)
-    path = _run(args, matrix, (lambda c: c.runtime in rows) if runtimes else None, resume)
+    rows = matrix.rows_selected(runtimes, dists)
+    chosen = runtimes or dists
+    path = _run(args, matrix, (lambda c: c.runtime in rows) if chosen else None, resume)
     record = load_run(path)
     outcomes: dict[str, int] = {}
     verdicts: dict[str, int] = {}
@@ -477,14 +489,19 @@ def _compare_filter(args: argparse.Namespace, matrix: Any) -> Any:
     from rtmatrix.results.diff import CheckError
 
     runtimes, globs = set(args.runtime or []), list(args.cell or [])
+    dists = set(args.distribution or [])
     known = matrix.row_names()
     if runtimes - known:
         msg = f"--runtime {sorted(runtimes - known)} not in the matrix; valid: {sorted(known)}"
         raise CheckError(msg)
-    rows = matrix.rows_selected(runtimes)
+    if dists - matrix.distributions():
+        msg = (f"--distribution {sorted(dists - matrix.distributions())}: no row runs it; "
+               f"valid: {sorted(matrix.distributions())}")  # fmt: skip
+        raise CheckError(msg)
+    rows = matrix.rows_selected(runtimes, dists)
 
     def only(cell: Any) -> bool:
-        if runtimes and cell.runtime not in rows:
+        if (runtimes or dists) and cell.runtime not in rows:
             return False
         return not globs or any(fnmatch.fnmatchcase(cell.key, g) for g in globs)
 
@@ -581,6 +598,7 @@ def _add_compare_cmd(sub: Any) -> None:
     _add_side_args(cmp, "a", "base")
     _add_side_args(cmp, "b", "candidate")
     cmp.add_argument("--runtime", action="append", help=RUNTIME_HELP)
+    cmp.add_argument("--distribution", action="append", metavar="DIST", help=DIST_HELP)
     cmp.add_argument(
         "--cell", action="append", metavar="GLOB", help="only cells whose key matches (repeatable)"
     )
@@ -728,6 +746,7 @@ def _add_run_cmd(sub: Any) -> None:
     run.add_argument("--report", default="reports", help="report folder (default: %(default)s)")
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--runtime", action="append", help=RUNTIME_HELP)
+    run.add_argument("--distribution", action="append", metavar="DIST", help=DIST_HELP)
     run.add_argument("--strict", action="store_true", help="exit 1 when any cell's verdict is FAIL")
     run.add_argument(
         "--resume",
@@ -846,7 +865,33 @@ def _add_runtimes_cmd(sub: Any) -> None:
         "default, the runtime's own name and default)",
     )
     rts.add_argument("name", nargs="*", help="rows to show (default: all)")
+    rts.add_argument(
+        "--json", action="store_true",
+        help="the registry as JSON: per row its adapter, PyPI distribution, rtmatrix extra, "
+        "model container, converter and option names (what noxfile.py reads)",
+    )  # fmt: skip
     rts.set_defaults(func=_cmd_runtimes)
+
+
+def _runtimes_json(names: list[str]) -> int:
+    """The adapter registry as each adapter declares itself (imports adapters, no runtime)."""
+    import json
+
+    from rtmatrix.adapters.base import BUILTIN_ADAPTERS, load_adapter_class
+    from rtmatrix.options import declared
+
+    rows = []
+    for name, target in BUILTIN_ADAPTERS.items():
+        if names and name not in names:
+            continue
+        cls, decl = load_adapter_class(target), declared(target)
+        rows.append({
+            "name": name, "adapter": target, "distribution": cls.distribution,
+            "extra": cls.extra, "container": cls.container, "converter": cls.converter,
+            "options": [o.name for o in decl.options] if decl else [],
+        })  # fmt: skip
+    print(json.dumps(rows, indent=1))
+    return 0
 
 
 def _cmd_runtimes(args: argparse.Namespace) -> int:
@@ -858,6 +903,8 @@ def _cmd_runtimes(args: argparse.Namespace) -> int:
         print(f"rtmatrix: error: unknown row(s) {', '.join(unknown)}; valid: "
               f"{', '.join(BUILTIN_ADAPTERS)}", file=sys.stderr)  # fmt: skip
         return EXIT_BAD_INPUT
+    if args.json:
+        return _runtimes_json(args.name)
 
     def line(o: Option) -> str:
         kinds = "|".join(o.kinds)

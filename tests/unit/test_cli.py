@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +271,33 @@ def test_runtimes_lists_each_rows_declared_options(capsys: pytest.CaptureFixture
     assert "type_k" in out and "-ctk" in out and "reference_tool" in out
     assert "openvino" not in out.split("every row also takes")[0]
     assert main(["runtimes", "llamacpp"]) == 4
+
+
+def test_runtimes_json_is_the_registry_as_each_adapter_declares_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rtmatrix.adapters.base import BUILTIN_ADAPTERS, load_adapter_class
+
+    assert main(["runtimes", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == set(BUILTIN_ADAPTERS)
+    for name, row in rows.items():
+        cls = load_adapter_class(BUILTIN_ADAPTERS[name])
+        assert (row["distribution"], row["extra"]) == (cls.distribution, cls.extra)
+    llama = rows["llama_cpp"]
+    assert llama["converter"] == "llama_cpp" and "type_k" in llama["options"]
+
+
+def test_run_refuses_a_distribution_no_row_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(
+        '[[runtimes]]\nname = "llama_cpp"\nadapter = "llama_cpp"\n'
+        '[[fixtures]]\nmodel = "tiny"\ndtypes = ["f32"]\n', "utf-8"
+    )
+    assert main(["run", str(matrix), "--distribution", "onnxruntime", "--results",
+                 str(tmp_path / "r")]) == 4  # fmt: skip
+    err = capsys.readouterr().err
+    assert "onnxruntime" in err and "llama-cpp-python" in err
+    assert not (tmp_path / "r").exists()

@@ -192,6 +192,10 @@ def test_a_sweep_multiplies_rows_and_cells_and_names_each_combination() -> None:
     # --runtime takes the table's own name for all its rows, or one row by its full name
     assert m.rows_selected({"llama_cpp"}) == {rt.name for rt in swept}
     assert m.rows_selected({swept[0].name}) == {swept[0].name}
+    # --distribution takes every row whose adapter declares that PyPI distribution
+    assert m.rows_selected(set(), {"llama-cpp-python"}) == {rt.name for rt in swept}
+    assert m.rows_selected(set(), {"onnxruntime"}) == {"onnxruntime"}
+    assert m.distributions() == {"llama-cpp-python", "onnxruntime"}
     assert m.row_names() >= {"llama_cpp", "onnxruntime", swept[5].name}
     plain = next(rt for rt in m.runtimes if rt.name == "onnxruntime")
     assert plain.base_name == "onnxruntime" and plain.swept == {}

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import itertools
 import tomllib
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rtmatrix.adapters.base import AdapterError, resolve_adapter
+from rtmatrix.adapters.base import AdapterError, load_adapter_class, resolve_adapter
 from rtmatrix.fixtures import all_dtypes
 from rtmatrix.fixtures.sources import SOURCE_PREFIX
 from rtmatrix.fixtures.spec import known_models
@@ -198,6 +199,11 @@ def _combos(params: dict[str, list[int | str]]) -> list[dict[str, int]]:
     return out
 
 
+def adapter_distribution(adapter: str) -> str:
+    """The PyPI distribution a row's adapter declares (imports the adapter, not its runtime)."""
+    return load_adapter_class(adapter).distribution
+
+
 @dataclass(frozen=True)
 class Matrix:
     path: Path
@@ -218,9 +224,21 @@ class Matrix:
         """Names ``--runtime`` accepts: every row's, and each swept table's own name."""
         return {rt.name for rt in self.runtimes} | {rt.base_name for rt in self.runtimes}
 
-    def rows_selected(self, names: set[str]) -> set[str]:
-        """The rows ``--runtime NAME`` selects: the row NAME, or every row its sweep made."""
-        return {rt.name for rt in self.runtimes if rt.name in names or rt.base_name in names}
+    def rows_selected(
+        self, names: set[str], distributions: AbstractSet[str] = frozenset()
+    ) -> set[str]:
+        """The rows ``--runtime NAME`` selects (the row NAME, or every row its sweep made) and
+        those ``--distribution DIST`` selects (every row whose adapter declares DIST)."""
+        return {
+            rt.name
+            for rt in self.runtimes
+            if rt.name in names or rt.base_name in names
+            or (distributions and adapter_distribution(rt.adapter) in distributions)
+        }  # fmt: skip
+
+    def distributions(self) -> set[str]:
+        """The PyPI distributions this matrix's rows run, as their adapters declare them."""
+        return {adapter_distribution(rt.adapter) for rt in self.runtimes}
 
     def cells(self) -> list[Cell]:
         cells = []
