@@ -332,6 +332,7 @@ def test_every_bad_input_is_named_at_load_each_with_file_key_and_fix(tmp_path: P
     assert "runtimes[0].options.flash_atn: unknown option" in text and "'flash_attn'" in text
     assert "fixtures[0].path:" in text and "does not exist; fix 'path'" in text
     assert "fixtures[1].source:" in text and "general.architecture = 'gpt2'" in text
+    assert "holds no tensors (a vocab-only file?)" in text  # transformers reads gpt2 GGUFs
     assert "fixtures[2].source:" in text and "has no *.safetensors weights" in text
     assert "fixtures[3].source:" in text and f"checkpoint {tmp_path / 'other'}:" in text
     assert "model_type = 'not-a-model' is not an architecture transformers" in text

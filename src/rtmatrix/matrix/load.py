@@ -543,6 +543,7 @@ def _prompt(
     """A real model's text prompt: ``prompt = "…"``, or ``prompt_file`` = a path (relative to
     the matrix) or the name of one of rtmatrix's own texts; read here, so a missing file fails
     before anything runs."""
+    from rtmatrix.fixtures.gguf_folder import HF_VIEWS
     from rtmatrix.fixtures.sources import REAL_MODELS
     from rtmatrix.fixtures.tokenizer import TEXTS, shipped_text
 
@@ -551,7 +552,8 @@ def _prompt(
     if "prompt" in entry and "prompt_file" in entry:
         raise ctx.fail(where, "give prompt or prompt_file, not both")
     # a real model by name (not located here: loading a matrix downloads nothing)
-    real = model is not None and (model.startswith(SOURCE_PREFIX) or model in REAL_MODELS)
+    real = model is not None and (model.startswith(SOURCE_PREFIX) or model in REAL_MODELS
+                                  or model in HF_VIEWS)  # fmt: skip
     key = "prompt" if "prompt" in entry else "prompt_file"
     if not real:
         why = 'a text prompt needs a real checkpoint (model = "smollm2-135m" or source = "PATH")'
@@ -589,6 +591,13 @@ def _check_source(ctx: _Ctx, key: str, src: Path) -> None:
             ctx.note(key, f"checkpoint {src}: {why}; fix 'source' (a Hugging Face folder of an "
                      "architecture transformers can load, or a llama-architecture .gguf file)")
             return
+        if src.is_file():  # a GGUF transformers' loader dequantizes: the converters' route
+            from rtmatrix.fixtures.gguf_folder import gguf_refusal
+
+            why = gguf_refusal(src)
+            if why is None:
+                return
+            exc = ValueError(f"{exc}; transformers' GGUF loader: {why}")
         ctx.note(key, f"{exc}; fix 'source' (a llama-architecture .gguf file or HF folder)")
 
 
