@@ -128,12 +128,14 @@ _MATMUL_JUDGED_AS = {"f32": "f32", "f16": "f16", "bf16": "bf16"}
 
 def judged_as(dtype: str, numerics: Numerics | None, runtime: str = "the runtime") -> Judged:
     """The dtype whose tolerance applies to a cell that asked for ``dtype`` and computed with
-    ``numerics``: a float dtype computed at a lower precision (bf16/f16 matmuls, a reduced KV
-    cache) is judged as what ran, never silently as what was asked."""
+    ``numerics``: a float dtype computed at a lower precision (bf16/f16 matmuls, attention's
+    products in f16, a reduced KV cache) is judged as what ran, never silently as what was
+    asked. An attention fact counts where its value names a precision (``flash (f16)``)."""
     if numerics is None or dtype not in FLOAT_DTYPES:
         return Judged(dtype, dtype)
     worst, why = dtype, []
     for name, table, what in (("matmul", _MATMUL_JUDGED_AS, "computed the matmuls in"),
+                              ("attention", _MATMUL_JUDGED_AS, "computed attention in"),
                               ("kv_cache", _KV_JUDGED_AS, "kept the KV cache in")):  # fmt: skip
         fact = getattr(numerics, name)
         p = precision(fact.value) if isinstance(fact, Fact) else None

@@ -19,14 +19,15 @@ EV = {"flash_attn": {"requested": "auto", "resolved": "enabled"},
 def test_the_servers_kv_cache_and_attention_are_read_from_its_log() -> None:
     num = stack.report(EV, LINES, "f32", {"F32": 30}, {}).numerics
     assert num.kv_cache is not None and num.kv_cache.value == "f16" and num.kv_cache.default
-    assert num.attention is not None and num.attention.value == "flash"
-    assert num.control == {"type_k": "f32", "type_v": "f32"}
+    assert num.attention is not None and num.attention.value == "flash (f16)"
+    assert num.control == {"type_k": "f32", "type_v": "f32", "flash_attn": "off"}
     assert judged_as("f32", num).judged_as == "f16"
 
 
 def test_a_log_without_the_kv_line_says_so() -> None:
     num = stack.report(EV, LINES[:2], "f32", {"F32": 30}, {}).numerics
-    assert num.kv_cache is None and num.unavailable and not num.control
+    assert num.kv_cache is None and num.unavailable
+    assert num.control == {"flash_attn": "off"}  # what the log did say: flash attention ran
 
 
 def test_an_attention_path_the_log_does_not_resolve_is_unknown_not_guessed() -> None:

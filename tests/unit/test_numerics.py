@@ -44,6 +44,20 @@ def test_a_float_cell_is_judged_as_the_lowest_precision_that_ran() -> None:
     assert not judged_as("q8_0", _num("bf16")).downgraded  # a quantized file has its own
 
 
+@pytest.mark.parametrize(
+    ("attention", "want"),
+    [("flash (f16)", "f16"), ("standard", "f32"), ("PA", "f32"), ("bf16 SDPA", "bf16")],
+)
+def test_attention_naming_a_precision_counts_like_the_matmuls(attention: str, want: str) -> None:
+    num = Numerics(matmul=Fact("f32", "F32 weights", "file"), attention=Fact(attention, "x", "log"),
+                   kv_cache=Fact("f32", "K (f32), V (f32)", "log"))  # fmt: skip
+    j = judged_as("f32", num, "rt")
+    assert j.judged_as == want
+    assert (j.reason is not None) == (want != "f32")
+    if j.reason:
+        assert "computed attention in" in j.reason
+
+
 def test_the_report_survives_the_protocol_round_trip() -> None:
     rep = StackReport(backend={"a": 1}, kernels={}, numerics=_num("bf16", "f16"))
     back = StackReport.from_dict(rep.to_dict())

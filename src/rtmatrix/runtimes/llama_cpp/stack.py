@@ -29,8 +29,15 @@ BUFFER_LINE = re.compile(r"(\S+) model buffer size\s*=\s*(\S+ \S+)")
 #: the options that keep the KV cache in f32 (the numerics control run)
 F32_KV_CONTROL = {"type_k": "f32", "type_v": "f32"}
 F32_KV_EXPLAINS = "llama.cpp's KV-cache types (type_k/type_v, its tools' -ctk/-ctv; default f16)"
+F32_ATTENTION_CONTROL = {"flash_attn": "off"}
+F32_ATTENTION_EXPLAINS = (
+    "llama.cpp's flash attention (flash_attn, its tools' -fa), which casts K/V to f16"
+)
 #: stored tensor type -> the precision llama.cpp's CPU matmul computes it in
 _MATMUL = {"F32": "f32", "F16": "f16", "BF16": "bf16"}
+
+#: the attention fact's value when flash attention ran (its precision: f16)
+FLASH_F16 = "flash (f16)"
 
 
 @cache
@@ -106,9 +113,13 @@ def _attention(settings: dict[str, Any], log: str) -> Fact | None:
         return Fact("unknown", f"{said}; how it resolved is not in the log", log,
                     default=default)  # fmt: skip
     on = (resolved or asked) in ("enabled", "on", "1", "true")
-    what = "flash attention (FLASH_ATTN_EXT: f16 mask, f16 K/V products on the CPU)" if on \
-        else "standard attention (KQ matmul, softmax, KQV matmul)"  # fmt: skip
-    return Fact("flash" if on else "standard", f"{what}; {said}", log, default=default)
+    # llama-graph's build_attn_mha casts an f32 K/V to f16 before ggml_flash_attn_ext, so flash
+    # attention computes its K·Q and V products in f16 whatever the KV cache holds
+    what = ("flash attention (llama.cpp casts K and V to f16 for FLASH_ATTN_EXT: f16 K·Q and V "
+            "products, f32 accumulation)") if on \
+        else "standard attention (KQ and KQV matmuls at the KV cache's type)"  # fmt: skip
+    value = FLASH_F16 if on else "standard"
+    return Fact(value, f"{what}; {said}", log, default=default)
 
 
 def _layout(settings: dict[str, Any], log: str) -> Fact | None:
@@ -139,17 +150,24 @@ def numerics(ev: dict[str, Any], dtype: str | None, types: dict[str, int]) -> Nu
             "blocks (the type's vec_dot_type)"
         )
         act = Fact("i8", said, "ggml CPU backend type traits")
-    control = dict(F32_KV_CONTROL) if dtype == "f32" and kv is not None and \
-        kv.value != "f32" else {}  # fmt: skip
+    attention = _attention(settings, log)
+    control: dict[str, Any] = {}
+    explains = []
+    if dtype == "f32" and kv is not None and kv.value != "f32":
+        control |= F32_KV_CONTROL
+        explains.append(F32_KV_EXPLAINS)
+    if dtype == "f32" and attention is not None and attention.value == FLASH_F16:
+        control |= F32_ATTENTION_CONTROL
+        explains.append(F32_ATTENTION_EXPLAINS)
     return Numerics(
         devices=["cpu"] + [f"gpu:{d}" for d in ev.get("layer_placement") or {} if d != "CPU"],
         matmul=matmul,
-        attention=_attention(settings, log),
+        attention=attention,
         kv_cache=kv,
         weight_layout=_layout(settings, log),
         activation_quantization=act,
         control=control,
-        control_explains=F32_KV_EXPLAINS if control else "",
+        control_explains="; ".join(explains),
         unavailable=None if kv else "llama.cpp's log had no KV-cache line",
     )
 
