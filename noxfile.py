@@ -104,10 +104,13 @@ def matrix(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def architectures(session: nox.Session) -> None:
     """The architecture family through every row's own converter, judged against transformers
-    (PyTorch's CPU build first: plain PyPI torch is a CUDA build of several GB)."""
-    session.install("torch", "--index-url", "https://download.pytorch.org/whl/cpu")
+    (PyTorch's CPU build first: plain PyPI torch is a CUDA build of several GB; OpenVINO's
+    exporter builds its own venv on first use, with the same CPU torch)."""
+    cpu_torch = "https://download.pytorch.org/whl/cpu"
+    session.install("torch", "--index-url", cpu_torch)
     session.install("-e", ".[all]", env=BUILD_ENV)
-    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/architectures.toml"))
+    session.run("rtmatrix", "run", *_matrix_args(session, "matrix/architectures.toml"),
+                env={"RTMATRIX_TORCH_INDEX_URL": cpu_torch})  # fmt: skip
 
 
 @nox.session(python=PYTHON)

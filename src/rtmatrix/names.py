@@ -80,6 +80,9 @@ class M(StrEnum):
     SAME_TOP_REFERENCE = "same_top_reference"
     KLD_REFERENCE_RATIO = "kld_reference_ratio"
     SAME_TOP_REFERENCE_DIFF = "same_top_reference_diff"
+    # how close the cell came to this host's measured limits (metrics/utilization.py)
+    TG_BANDWIDTH_UTIL = "tg_bandwidth_util"
+    PP_COMPUTE_UTIL = "pp_compute_util"
 
 
 #: throughput metrics (tokens/s), harness clock and runtime counters

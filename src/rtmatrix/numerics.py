@@ -30,6 +30,8 @@ _ALIASES = {
     "bf16": "bf16", "bfloat16": "bf16",
     "u8": "u8", "uint8": "u8", "i8": "i8", "int8": "i8", "q8_0": "i8",
     "u4": "u4", "i4": "i4", "q4_0": "i4",
+    # OpenVINO's element types as its properties print them (<Type: 'uint8_t'>)
+    "uint8_t": "u8", "int8_t": "i8", "uint4_t": "u4", "int4_t": "i4",
 }  # fmt: skip
 #: the requested dtypes a downgrade is judged for (a quantized file already has its tolerance)
 FLOAT_DTYPES = ("f32", "f16")

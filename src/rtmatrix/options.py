@@ -27,6 +27,19 @@ _KINDS: dict[str, tuple[type, ...]] = {
 }
 
 
+
+def value_text(value: Any) -> str:
+    """An option's value as the matrix writes it: ``true``/``false`` for a bool."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def options_text(options: Mapping[str, Any], sep: str = ", ") -> str:
+    """Options as the matrix writes their values: ``flash_attn=off, use_mmap=false``."""
+    return sep.join(f"{k}={value_text(v)}" for k, v in options.items())
+
+
 @dataclass(frozen=True)
 class Option:
     """One row option as its home declares it."""

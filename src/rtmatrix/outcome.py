@@ -142,6 +142,8 @@ class Source(StrEnum):
     REFERENCE_TOOL = "reference-tool"  # the runtime's own benchmark tool (llama-bench)
     #: computed by rtmatrix from the runtime's outputs against the numpy reference (KLD, ...)
     HARNESS_COMPARISON = "harness-comparison"
+    #: computed by rtmatrix from other figures and this host's measured limits (inputs in detail)
+    DERIVED = "derived"
     UNAVAILABLE = "unavailable"
 
 

@@ -160,6 +160,63 @@ class TurnsRecord(_Doc):
         return out
 
 
+@dataclass(frozen=True)
+class ProbeRound(_Doc):
+    """One round of the prompt-cache probe, each generation timed as a counted repetition is:
+    per pair, a fresh prompt of the timed prompt's length (other ids), then the timed prompt
+    twice — the first brings it back after the fresh one (``rewarm``: a cache that holds one
+    prompt has just lost it), the second repeats it right after itself, as the counted
+    repetitions do (``repeat``)."""
+
+    _what: ClassVar[str] = "result.self_check.rounds[]"
+
+    fresh_ttft_s: list[float]
+    repeat_ttft_s: list[float]
+    rewarm_ttft_s: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LogitGap(_Doc):
+    """Where a counted repetition's ids left the parity pass's (the first counted repetition):
+    the parity pass replayed to that position, and the runtime's own logit of the parity
+    pass's id there minus that of the repetition's id (a near tie, or a clear margin)."""
+
+    _what: ClassVar[str] = "result.self_check.gaps[]"
+
+    rep: int
+    position: int
+    parity_id: int
+    rep_id: int
+    logit_gap: float | None = None
+    #: why there is no gap (an id outside the logits, the replay failed)
+    why_not: str | None = None
+
+
+@dataclass
+class SelfCheckProbe(_Doc):
+    """What the worker measured for the parent's self-checks (:mod:`rtmatrix.metrics.selfcheck`)
+    beyond the counted repetitions: how the ids were produced, the prompt-cache probe, and the
+    runtime's logit gap where a counted repetition's ids left the parity pass's."""
+
+    _nested: ClassVar[dict[str, type[_Doc]]] = {"rounds": ProbeRound, "gaps": LogitGap}
+    _what: ClassVar[str] = "result.self_check"
+
+    #: ``harness`` (the harness's prefill/decode loop picks the ids, banned ids masked) or
+    #: ``engine`` (the runtime's own loop, EngineGeneration)
+    loop: str = "harness"
+    #: the ids the loop was told never to pick (end of sequence)
+    banned: list[int] = field(default_factory=list)
+    #: the runtime home's word on prompt caching (PromptCaching), None where it says nothing
+    caches_prompts: bool | None = None
+    cache_setting: str | None = None
+    #: ids generated per probe generation (1 on the harness's loop: TTFT ends at the first)
+    probe_gen_tokens: int = 0
+    rounds: list[ProbeRound] = field(default_factory=list)
+    #: why the probe did not run, or stopped (a 1-token prompt, the runtime's error)
+    probe_skipped: str | None = None
+    gaps: list[LogitGap] = field(default_factory=list)
+
+
 class WorkerStatus(StrEnum):
     OK = "ok"
     ERROR = "error"
@@ -176,6 +233,7 @@ class WorkerResult(_Doc):
         "stack": StackReport,
         "quality": QualityPass,
         "turns": TurnsRecord,
+        "self_check": SelfCheckProbe,
     }
     _what: ClassVar[str] = "result"
 
@@ -209,6 +267,9 @@ class WorkerResult(_Doc):
     reference: dict[str, Any] | None = None
     #: the teacher-forced pass over ``Job.quality_ids`` (positions, wall time, tokenizer check)
     quality: QualityPass | None = None
+    #: what the parent's self-checks need beyond the counted repetitions (prompt-cache probe,
+    #: logit gaps where a repetition's ids left the parity pass's); None: no timed generation
+    self_check: SelfCheckProbe | None = None
     protocol: int = PROTOCOL_VERSION
 
     def write(self, path: Path) -> None:

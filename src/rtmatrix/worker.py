@@ -24,10 +24,13 @@ from typing import Any
 from rtmatrix.protocol import (
     QUALITY_LOGITS,
     Job,
+    LogitGap,
     PhaseEvent,
+    ProbeRound,
     ProtocolError,
     QualityPass,
     Repetition,
+    SelfCheckProbe,
     WorkerResult,
 )
 
@@ -222,6 +225,96 @@ def _generate(
     return meter
 
 
+def _self_check(
+    adapter: Any, job: Job, result: WorkerResult, prompt: list[int], banned: list[int]
+) -> None:
+    """What the parent's self-checks need beyond the counted repetitions
+    (:mod:`rtmatrix.metrics.selfcheck`), after them and outside the meter: the prompt-cache
+    probe, and the runtime's logit gap where a repetition's ids left the parity pass's. A
+    failure here is said in the probe; the timed figures stand."""
+    from rtmatrix.adapters.capabilities import EngineGeneration, PromptCaching
+
+    engine = isinstance(adapter, EngineGeneration)
+    probe = SelfCheckProbe(loop="engine" if engine else "harness", banned=list(banned))
+    result.self_check = probe
+    try:
+        if isinstance(adapter, PromptCaching):
+            said = adapter.prompt_cache()
+            probe.caches_prompts, probe.cache_setting = bool(said.caches), str(said.setting)
+        _prompt_probe(adapter, job, result, probe, prompt, banned)
+    except Exception as exc:  # the probe is evidence: its failure is said, the cell stands
+        probe.probe_skipped = f"the probe failed: {type(exc).__name__}: {exc}"[:400]
+    if not engine:
+        probe.gaps = _logit_gaps(adapter, result.reps, prompt)
+
+
+def _prompt_probe(
+    adapter: Any,
+    job: Job,
+    result: WorkerResult,
+    probe: SelfCheckProbe,
+    prompt: list[int],
+    banned: list[int],
+) -> None:
+    """Per pair, a fresh prompt of the timed prompt's length (other ids), then the timed
+    prompt twice (the second is the repeat: right after itself, as the counted repetitions
+    run), each timed as a counted repetition is (on the harness's loop only to the first id);
+    a second round where the first looks like a cache (the parent judges both)."""
+    from rtmatrix.metrics import selfcheck
+
+    if len(prompt) < 2:
+        probe.probe_skipped = ("a 1-token prompt: a cache has nothing to reuse (the last "
+                               "prompt id is always computed)")  # fmt: skip
+        return
+    engine = probe.loop == "engine"
+    run = _run_engine_repetition if engine else _run_repetition
+    n_gen = job.params.gen_tokens if engine else 1
+    probe.probe_gen_tokens = n_gen
+    rounds = 1 if probe.caches_prompts else selfcheck.PROBE_ROUNDS
+    for r in range(rounds):
+        fresh: list[float] = []
+        rewarm: list[float] = []
+        repeat: list[float] = []
+        for i in range(selfcheck.PROBE_PAIRS):
+            other = selfcheck.fresh_prompt(prompt, adapter.vocab_size, r * 100 + i)
+            fresh.append(run(adapter, other, n_gen, banned)[0].ttft_s)
+            rewarm.append(run(adapter, prompt, n_gen, banned)[0].ttft_s)
+            repeat.append(run(adapter, prompt, n_gen, banned)[0].ttft_s)
+        probe.rounds.append(ProbeRound(fresh, repeat, rewarm))
+        ratio = selfcheck.median_ratio(fresh, repeat)
+        if ratio is None or ratio <= selfcheck.RATIO_FLOOR:
+            return
+
+
+def _logit_gaps(adapter: Any, reps: list[Repetition], prompt: list[int]) -> list[LogitGap]:
+    """Where a counted repetition's ids left the parity pass's (the first counted one): the
+    parity pass's ids replayed to that position and the runtime's own logits read there."""
+    from rtmatrix.metrics.selfcheck import first_divergence
+
+    out: list[LogitGap] = []
+    parity = reps[0].tokens if reps else []
+    rows: dict[int, Any] = {}
+    for i, rep in enumerate(reps[1:], start=1):
+        k = first_divergence(parity, rep.tokens)
+        if k is None or k >= min(len(parity), len(rep.tokens)):
+            continue
+        a, b = parity[k], rep.tokens[k]
+        try:
+            if k not in rows:
+                adapter.reset()
+                adapter.prefill(prompt)
+                for token in parity[:k]:
+                    adapter.decode(token)
+                rows[k] = adapter.last_logits()
+            gap = float(rows[k][a] - rows[k][b])
+        except Exception as exc:  # the replay is evidence: say why there is no gap
+            why = f"the replay failed: {type(exc).__name__}: {exc}"[:300]
+            out.append(LogitGap(i, k, a, b, None, why))
+            continue
+        out.append(LogitGap(i, k, a, b, gap))
+    return out
+
+
 def _quality(adapter: Any, job: Job, job_dir: Path, result: WorkerResult) -> None:
     """Teacher-forced pass over the quality text's ids through the adapter's own prefill /
     decode / last_logits: the logits predicting each next id go to ``quality_logits.npy``
@@ -396,6 +489,8 @@ def run_job(job: Job, job_dir: Path, events: Events) -> tuple[int, WorkerResult]
             result.scenario = run_scenario(job.scenario, adapter, job, prompt, banned, mark)
         else:
             _generate(adapter, job, job_dir, result, events, mark, prompt, banned)
+            enter("self-check")
+            _self_check(adapter, job, result, prompt, banned)
             if job.quality_ids:
                 enter("quality")
                 try:

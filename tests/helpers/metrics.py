@@ -13,6 +13,7 @@ SOURCES = frozenset(
         "os-accounting",
         "package-metadata",
         "modelled",
+        "derived",
         "unavailable",
     }
 )
@@ -43,6 +44,8 @@ GENERATE_METRICS = frozenset(
         "energy_decode_j",
         "energy_per_token_j",
         "power_w",
+        "tg_bandwidth_util",
+        "pp_compute_util",
     }
 )
 # this VM has no energy counter: these are unavailable, naming what was looked for

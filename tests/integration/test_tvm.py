@@ -174,7 +174,7 @@ def test_a_position_past_the_context_is_a_clean_error(tmp_path: Path) -> None:
 
 
 def test_short_and_untiled_prompts_match_the_reference(tmp_path: Path) -> None:
-    # prompt lengths below and off the GEMM row tile (tvm_model.ROW_TILE = 4): the padded rows
+    # prompt lengths below and off the GEMM row tile (tvm_layout.ROW_TILE = 4): the padded rows
     # of a prefill GEMM were written past the end of the real (s, n) outputs -> heap corruption
     # (SIGABRT/SIGSEGV, once a hang). Unknown option keys (merged in from fixture-level
     # scenario options) are ignored and listed, not an error.

@@ -19,6 +19,9 @@ def test_the_row_asks_for_the_matrix_threads_and_latency_and_passes_options() ->
     cfg = OpenVinoAdapter()._config(LoadParams(n_ctx=64, threads=1, options=opts))
     assert cfg["PERFORMANCE_HINT"] == "THROUGHPUT" and cfg["INFERENCE_PRECISION_HINT"] == "bf16"
     assert cfg["NUM_STREAMS"] == "2" and cfg["ENABLE_CPU_PINNING"] is False
+    kv = OpenVinoAdapter()._config(LoadParams(n_ctx=64, threads=1,
+                                              options={"kv_cache_precision": "f32"}))  # fmt: skip
+    assert kv["KV_CACHE_PRECISION"] == "f32"  # a stateful IR's cache (OpenVINO's exporter)
 
 
 def test_read_back_values_become_json() -> None:

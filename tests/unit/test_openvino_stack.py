@@ -54,3 +54,32 @@ def test_f32_on_an_avx2_host_or_when_asked_needs_no_control() -> None:
     assert not judged_as("f32", plain).downgraded
     asked = stack.report(ev("f32", {"f32": 8}, {"INFERENCE_PRECISION_HINT": "f32"}), "f32")
     assert asked.numerics.matmul is not None and not asked.numerics.matmul.default
+
+
+def stateful(kv: str, asked: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The evidence of a stateful IR (OpenVINO's exporter's) whose cache is kept in ``kv``."""
+    out = ev("f32", {"f32": 8}, asked or {"INFERENCE_PRECISION_HINT": "f32"})
+    out["settings"]["compiled_model"]["KV_CACHE_PRECISION"] = kv
+    return out | {"stateful": True}
+
+
+def test_an_explicit_cache_is_f32_whatever_the_property_says() -> None:
+    plain = ev("f32", {"f32": 8})
+    plain["settings"]["compiled_model"]["KV_CACHE_PRECISION"] = "<Type: 'uint8_t'>"
+    kv = stack.report(plain, "f32").numerics.kv_cache
+    assert kv is not None and kv.value == "f32" and "stateful models only" in kv.said
+
+
+def test_a_stateful_models_cache_is_its_kv_cache_precision_u8_by_default() -> None:
+    num = stack.report(stateful("<Type: 'uint8_t'>"), "f32").numerics
+    assert num.kv_cache is not None and num.kv_cache.value == "u8" and num.kv_cache.default
+    assert num.control == {"kv_cache_precision": "f32"}
+    assert "KV_CACHE_PRECISION" in num.control_explains
+    assert judged_as("f32", num, "openvino").judged_as == "kv-q8"
+
+
+def test_a_stateful_models_cache_at_f32_as_asked_needs_no_control() -> None:
+    asked = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    num = stack.report(stateful("<Type: 'float32'>", asked), "f32").numerics
+    assert num.kv_cache is not None and num.kv_cache.value == "f32" and not num.kv_cache.default
+    assert not num.control and not judged_as("f32", num).downgraded

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from rtmatrix.report import history, ranking
-from rtmatrix.report.views import Column, Spread, columns, row_key
+from rtmatrix.results import ranking, series
+from rtmatrix.results.columns import Column, Spread, columns, row_key
 from rtmatrix.results.diff import Direction
 from rtmatrix.results.records import RunRecord
 from tests.browser.runs import history_runs, sample_run
@@ -82,8 +82,8 @@ def test_a_row_that_swings_more_than_its_lead_says_so() -> None:
 
 
 def test_attach_ranks_shown_rows_and_never_a_contended_figure() -> None:
-    shown = history.shown_columns(columns(history.by_time(history_runs())))
-    history.attach(shown)
+    shown = series.shown_columns(columns(series.by_time(history_runs())))
+    series.attach(shown)
     ranking.attach(shown)
     by = {c.runtime: c for c in shown}
     assert by["llama_cpp"].ranks[(KEY, "pp_tps")].best
@@ -99,8 +99,8 @@ def test_attach_ranks_shown_rows_and_never_a_contended_figure() -> None:
 
 def test_a_contended_figure_without_an_older_run_is_not_ranked() -> None:
     run = history_runs()[-1]  # alone: nothing to pick from
-    shown = history.shown_columns(columns([run]))
-    history.attach(shown)
+    shown = series.shown_columns(columns([run]))
+    series.attach(shown)
     ranking.attach(shown)
     ort = next(c for c in shown if c.runtime == "onnxruntime")
     assert not ort.picks and (KEY, "pp_tps") not in ort.ranks

@@ -8,7 +8,8 @@ from typing import Any
 
 from rtmatrix.report import realmodel
 from rtmatrix.report.render import render_html
-from rtmatrix.report.views import Notes, columns
+from rtmatrix.report.views import Notes
+from rtmatrix.results.columns import columns
 from rtmatrix.results.records import RunRecord
 from tests.browser.runs import sample_run
 

@@ -39,6 +39,7 @@ MIRRORS: dict[str, str] = {
     "OutcomeRecord": "$defs/cell/properties/outcome",
     "ParityRecord": "$defs/cell/properties/parity",
     "HostRecord": "$defs/cell/properties/host",
+    "SelfCheckRecord": "$defs/cell/properties/self_checks/additionalProperties",
     "MetricRecord": "$defs/metric",
 }
 

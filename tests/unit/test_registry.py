@@ -60,10 +60,18 @@ def test_throughput_is_higher_and_time_memory_energy_lower() -> None:
         assert registry.direction_of(name) is None
 
 
+# entries added since, whose direction is their own (not compared: no threshold)
+_DIRECTED_SINCE = {"tg_bandwidth_util": Direction.HIGHER, "pp_compute_util": Direction.HIGHER}
+
+
 def test_entries_agree_with_the_suffix_rule_that_held_before() -> None:
     """Every entry diff did not know has the direction its name's suffix gave it before."""
     for name, s in METRICS.items():
         if name in _BEFORE:
+            continue
+        if name in _DIRECTED_SINCE:
+            assert s.direction is _DIRECTED_SINCE[name], name
+            assert s.threshold is None and not s.gated and not s.ranked, name
             continue
         by_suffix = next(
             (d for suffix, d in registry.SUFFIX_DIRECTION if name.endswith(suffix)), None

@@ -13,19 +13,11 @@ from typing import Any, cast
 import pytest
 
 from rtmatrix.names import Scenario
-from rtmatrix.report import history, lifecycle, partitions, ranking, render_report
+from rtmatrix.report import lifecycle, partitions, render_report
 from rtmatrix.report.render import fmt_value, render_html
-from rtmatrix.report.views import (
-    ROWS,
-    SOURCES,
-    Column,
-    Notes,
-    Table,
-    columns,
-    grid,
-    scenario_of,
-    selection,
-)
+from rtmatrix.report.views import ROWS, SOURCES, Notes, Table, grid, selection
+from rtmatrix.results import ranking, series
+from rtmatrix.results.columns import Column, columns, scenario_of
 from rtmatrix.results.records import CellRecord, RunRecord
 from tests.browser.runs import (
     UNAVAILABLE_POWER,
@@ -42,8 +34,8 @@ from tests.browser.runs import (
 
 
 def _shown_cols(runs: list[RunRecord]) -> list[Column]:
-    shown = history.shown_columns(columns(history.by_time(runs)))
-    history.attach(shown)
+    shown = series.shown_columns(columns(series.by_time(runs)))
+    series.attach(shown)
     ranking.attach(shown)
     return shown
 
@@ -208,7 +200,8 @@ def test_contended_figures_are_marked_and_picked_from_an_older_run() -> None:
     assert badges[0] == "contended" and "best" not in badges and "behind" not in badges
     ev = _section(render_html([runs[-1]]), "evidence")
     marked = re.findall(r'class="mark contended"[^>]*>contended · 1.40', ev)
-    assert len(marked) >= 10  # every figure of the cell
+    assert len(marked) == 2  # the cell's summary and its metrics' heading, not every figure
+    assert re.search(r'<h4>Metrics <span class="mark contended" title="the host kept 1.40', ev)
 
 
 def test_selection_shows_ranks_spreads_and_reference_ratios() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from rtmatrix.report import architectures
 from rtmatrix.report.render import render_html
-from rtmatrix.report.views import columns
+from rtmatrix.results.columns import columns
 from rtmatrix.results.records import CellRecord, RunRecord
 from tests.browser.runs import sample_run
 

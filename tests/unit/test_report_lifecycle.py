@@ -6,7 +6,8 @@ import copy
 from typing import Any
 
 from rtmatrix.report import lifecycle
-from rtmatrix.report.views import Notes, columns
+from rtmatrix.report.views import Notes
+from rtmatrix.results.columns import columns
 from rtmatrix.results.records import CellRecord, RunRecord
 from tests.browser.runs import lifecycle_run
 

@@ -8,7 +8,8 @@ from typing import Any, cast
 import pytest
 
 from rtmatrix.report import partitions
-from rtmatrix.report.views import Notes, columns
+from rtmatrix.report.views import Notes
+from rtmatrix.results.columns import columns
 from rtmatrix.results.records import CellRecord, RunRecord
 from tests.browser.runs import partition_run
 

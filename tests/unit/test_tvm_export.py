@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rtmatrix.fixtures import build_fixture, get_format
+from rtmatrix.fixtures import build_fixture, get_format, tvm_layout
 from rtmatrix.fixtures import tvm_export as te
 from rtmatrix.fixtures import tvm_model as tm
 from rtmatrix.fixtures.cache import CachedArtifact
@@ -102,7 +102,7 @@ def test_packed_layout_is_an_exact_rearrangement() -> None:
     cfg = tm.model_config(spec)
     w = make_weights(spec)
     params = tm.tvm_params(cfg, w)
-    assert list(params) == tm.param_names(cfg)
+    assert list(params) == tvm_layout.param_names(cfg)
     qkv = params["blk.1.attn_qkv.weight"]  # (out / b, in, b)
     nb, n_in, b = qkv.shape
     unpacked = qkv.transpose(0, 2, 1).reshape(nb * b, n_in)
@@ -208,7 +208,7 @@ def test_artifact_files_and_manifest(tiny_artifact: CachedArtifact) -> None:
     assert m["python"]["version"].count(".") == 2
     assert m["library"]["cc_version"] is None or "gcc" in m["library"]["cc_version"].lower()
     spec_doc = json.loads((folder / te.SPEC_FILE).read_text("utf-8"))
-    assert spec_doc["param_names"] == tm.param_names(tm.model_config(spec))
+    assert spec_doc["param_names"] == tvm_layout.param_names(tm.model_config(spec))
     assert spec_doc["target"] == target["json"] and spec_doc["pipeline"] == comp["pipeline"]
 
 

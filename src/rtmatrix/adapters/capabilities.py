@@ -17,6 +17,9 @@ Tokenizing     ``tokenize_text(text)``       the tokenizer check of a real model
                                              text (the runtime's ids against the harness's)
 StackReporting ``stack_report(dtype, ev)``   ``evidence.stack``'s backend, kernels and
                                              effective numerics (verdicts judge what ran)
+PromptCaching  ``prompt_cache()``            the prompt-cache self-check reads a repeated
+                                             prompt's faster TTFT as the row's own cache, and
+                                             its TTFT and PP figures say they are with it
 =============  ============================  ==============================================
 
 Finer capabilities of a backend or a server driver, asked for the same way:
@@ -143,6 +146,29 @@ class EngineGeneration(Protocol):
         on_token: Callable[[int], None],
     ) -> list[int]:
         """``n_gen`` greedy ids after ``prompt``; ``on_token(id)`` as each id is produced."""
+        ...
+
+
+@dataclass(frozen=True)
+class PromptCache:
+    """Whether a row reuses a repeated prompt's work across generations (a prompt or prefix
+    cache) with the settings it loaded with, as the runtime's home says it."""
+
+    caches: bool
+    #: the setting and where it comes from, in the runtime's words
+    setting: str
+
+
+@runtime_checkable
+class PromptCaching(Protocol):
+    """The runtime's home says whether a repeated prompt reuses earlier work. Every ok cell's
+    prompt-cache self-check times fresh prompts of the timed prompt's length against the timed
+    prompt again (:mod:`rtmatrix.metrics.selfcheck`): a repeat faster beyond the noise fails
+    the check where the row says it does not cache (or says nothing); where it says it does,
+    the cell's TTFT and PP figures are marked as measured with the cache."""
+
+    def prompt_cache(self) -> PromptCache:
+        """The loaded row's prompt caching (called after ``load``)."""
         ...
 
 
@@ -480,6 +506,7 @@ CAPABILITIES: dict[type[Any], str] = {
     TokenServer: "complete_tokens(port, prompt, max_tokens, banned, n_probs)",
     EngineGeneration: "engine_generate(prompt, n_gen, banned, on_token)",
     StackReporting: "stack_report(dtype, evidence)",
+    PromptCaching: "prompt_cache()",
     ReferenceBenchmark: "reference_benchmark(model_path, params, options) (classmethod)",
     ReferenceQuality: "reference_quality(model_path, base_path, text, n_ctx, params, options) "
     "(classmethod)",

@@ -20,6 +20,8 @@ from rtmatrix.converters.base import ChildRun, Conversion, ConverterRefused, run
 HOMES: dict[str, str] = {
     "llama_cpp": "rtmatrix.converters.llama_cpp",
     "ort_genai": "rtmatrix.converters.ort_genai",
+    "mnn_llmexport": "rtmatrix.converters.mnn_llmexport",
+    "optimum_intel": "rtmatrix.converters.optimum_intel",
 }
 
 

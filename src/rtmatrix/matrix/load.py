@@ -29,7 +29,10 @@ from rtmatrix.matrix.targets import (
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES
 from rtmatrix.metrics.power import PowerConfigError, normalize_config
 from rtmatrix.names import Scenario
+from rtmatrix.options import options_text as options_text
+from rtmatrix.options import value_text
 from rtmatrix.outcome import ErrorKind, Expect, Status, Verdict
+from rtmatrix.selection.constraints import Constraints, SelectionError
 
 RUN_DEFAULTS: dict[str, Any] = {
     "repetitions": 5,
@@ -443,17 +446,6 @@ def _crash_control(ctx: _Ctx, where: str, raw: Any) -> dict[str, Any] | bool | N
     return table
 
 
-def _sweep_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def options_text(options: dict[str, Any], sep: str = ", ") -> str:
-    """Options as the matrix writes their values: ``flash_attn=off, use_mmap=false``."""
-    return sep.join(f"{k}={_sweep_value(v)}" for k, v in options.items())
-
-
 def sweep_name(name: str, swept: dict[str, Any]) -> str:
     """The row name of one sweep combination: ``llama_cpp[flash_attn=off,use_mmap=false]``."""
     return f"{name}[{options_text(swept, ',')}]"
@@ -483,7 +475,7 @@ def _sweep(ctx: _Ctx, where: str, raw: Any, options: dict[str, Any]) -> list[dic
                 f"{where}.sweep.{key}",
                 "each value must be a string, number or boolean (a list option goes in options)",
             )
-        if len({_sweep_value(v) for v in values}) != len(values):
+        if len({value_text(v) for v in values}) != len(values):
             raise ctx.fail(f"{where}.sweep.{key}", f"a value is listed twice: {values!r}")
     keys = list(table)
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*table.values())]
@@ -757,8 +749,6 @@ def parse_matrix(text: str, path: Path) -> Matrix:
 def _selection_table(ctx: _Ctx, table: dict[str, Any]) -> None:
     """``[selection]``: the constraints and priorities ``rtmatrix select`` and the report's
     answer read (:mod:`rtmatrix.selection.constraints`), checked at load."""
-    from rtmatrix.selection import Constraints, SelectionError
-
     try:
         Constraints.from_table(table)
     except SelectionError as exc:

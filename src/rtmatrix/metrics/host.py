@@ -203,6 +203,15 @@ def gpu_info(
     return gpus, (how if gpus else f"none detected ({how})")
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name: /proc/cpuinfo, else macOS's brand string, else the platform's."""
+    cpu = _cpuinfo()
+    model = cpu.get("model name") or cpu.get("Hardware")
+    if not model and platform.system() == "Darwin":
+        model = _sysctl("machdep.cpu.brand_string").get("machdep.cpu.brand_string")
+    return model or platform.processor() or None
+
+
 def machine_info() -> dict[str, Any]:
     cpu = _cpuinfo()
     flags = set((cpu.get("flags") or cpu.get("Features") or "").split())

@@ -122,6 +122,9 @@ _SPECS = (
     MetricSpec(M.SAME_TOP_REFERENCE, "%", "tool same top"),
     MetricSpec(M.KLD_REFERENCE_RATIO, "ratio", "KLD ÷ tool"),
     MetricSpec(M.SAME_TOP_REFERENCE_DIFF, "points", "same top − tool"),
+    # derived from the cell's figures and this host's measured limits: shown, never compared
+    MetricSpec(M.TG_BANDWIDTH_UTIL, "ratio", "TG ÷ host bandwidth", _H),
+    MetricSpec(M.PP_COMPUTE_UTIL, "ratio", "PP ÷ host matmul peak", _H),
 )
 METRICS: dict[str, MetricSpec] = {str(s.name): s for s in _SPECS}
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from rtmatrix.metrics import weights
 from rtmatrix.numerics import StackReport, unavailable
 
 
@@ -45,6 +47,15 @@ def _read_format(container: str, path: str, sha256: str) -> dict[str, Any]:
     return unavailable(f"rtmatrix reads no {container!r} files")
 
 
+def _weights(read: Callable[[Any], dict[str, Any]], source: Any) -> dict[str, Any]:
+    """The file's weights as stored (:mod:`rtmatrix.metrics.weights`), or why not: a reader's
+    failure here never costs the rest of the format layer."""
+    try:
+        return read(source)
+    except Exception as exc:  # a damaged or unusual file: say what the reader said
+        return unavailable(f"weights not read: {type(exc).__name__}: {exc}"[:300])
+
+
 def _gguf(p: Path) -> dict[str, Any]:
     from gguf import GGUFReader
 
@@ -60,6 +71,7 @@ def _gguf(p: Path) -> dict[str, Any]:
         "architecture": arch,
         "tensor_types": dict(types),
         "tensors": len(r.tensors),
+        "weights": _weights(weights.gguf, r.tensors),
     }
 
 
@@ -80,6 +92,8 @@ def _onnx(p: Path) -> dict[str, Any]:
         "op_types": dict(ops),
         "initializer_types": dict(weight_types),
         "producer": f"{m.producer_name} {m.producer_version}".strip(),
+        "weights": _weights(weights.onnx, m),
+        "kv_cache_inputs": _weights(weights.onnx_kv_inputs, m),
     }
 
 
@@ -92,6 +106,7 @@ def _tvm(p: Path) -> dict[str, Any]:
         "tvm": (man.get("tvm") or {}).get("version"),
         "target": (man.get("target") or {}).get("json"),
         "param_mode": (man.get("compile") or {}).get("param_mode"),
+        "weights": _weights(weights.tvm, folder),
     }
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the views read a cell's state from here; this module reads their columns
-    from rtmatrix.report.views import Column
+    from rtmatrix.results.columns import Column
 
 #: the states a cell of the view can be in, in the order a reader scans for them
 STATES = ("exact", "differs", "refused", "failed", "no-converter", "not-judged")

@@ -7,20 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rtmatrix.matrix import options_text
 from rtmatrix.names import M
+from rtmatrix.options import options_text
 from rtmatrix.report.views import (
     PP_REFERENCE_RATIO,
     TG_REFERENCE_RATIO,
     Badge,
     Notes,
     Value,
-    as_dict,
-    as_list,
     contention_badge,
     ratio_value,
     reference_tool,
 )
+from rtmatrix.results.columns import as_dict, as_list
 from rtmatrix.results.records import CellRecord
 
 RATIOS = (
@@ -48,6 +47,8 @@ class CellMarks:
     #: a crashed cell's control run: "diagnosed: runs with extra_buffer_types=false", or ""
     control: str = ""
     diagnosed: bool = False
+    #: the names of the cell's failed self-checks ("timed_ids, prompt_cache"), or ""
+    self_check: str = ""
 
     @property
     def leaked_text(self) -> str:
@@ -96,6 +97,13 @@ def control_text(cell: CellRecord) -> str:
     return f"control with {opts}: {status}"
 
 
+def failed_self_checks(cell: CellRecord) -> str:
+    """The names of the cell's failed self-checks (``self_checks``), "" when none failed or
+    the record has none (older records)."""
+    checks = as_dict(cell.get("self_checks"))
+    return ", ".join(n for n, c in checks.items() if as_dict(c).get("status") == "failed")
+
+
 def marks(cell: CellRecord, notes: Notes) -> CellMarks:
     return CellMarks(
         kinds(cell),
@@ -105,6 +113,7 @@ def marks(cell: CellRecord, notes: Notes) -> CellMarks:
         ratios(cell, notes),
         control_text(cell),
         bool(cell.get("diagnosed")),
+        failed_self_checks(cell),
     )
 
 

@@ -16,21 +16,23 @@ from typing import Any
 from rtmatrix.names import M, Scenario
 from rtmatrix.report import plots
 from rtmatrix.report.views import (
-    Column,
     Notes,
     Part,
     Table,
     TableRow,
     Value,
+    fmt_bytes,
+    metric_value,
+    text,
+    unavailable,
+)
+from rtmatrix.results.columns import (
+    Column,
     as_dict,
     as_list,
     fixture_label,
-    fmt_bytes,
-    metric_value,
     params_label,
     scenario_of,
-    text,
-    unavailable,
     varying_params,
 )
 from rtmatrix.results.records import CellRecord

@@ -17,19 +17,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtmatrix.report.views import (
-    Column,
     Notes,
     Table,
     TableRow,
     Value,
+    fmt_bytes,
+    metric_value,
+    text,
+    unavailable,
+)
+from rtmatrix.results.columns import (
+    Column,
     as_dict,
     as_list,
     fixture_label,
-    fmt_bytes,
-    metric_value,
     params_label,
-    text,
-    unavailable,
     varying_params,
 )
 from rtmatrix.results.records import CellRecord

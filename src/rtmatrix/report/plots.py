@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from rtmatrix.metrics import registry
 from rtmatrix.names import M
-from rtmatrix.report.views import (
+from rtmatrix.report.views import distinct_labels, fmt_bytes
+from rtmatrix.results.columns import (
     Column,
     as_dict,
     as_list,
     common_params,
-    distinct_labels,
     fixture_label,
-    fmt_bytes,
     normal_cells,
     params_text,
     scenario_of,
 )
 from rtmatrix.results.records import CellRecord
+from rtmatrix.selection import Candidate, Constraints, ModelSelection
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -261,6 +261,18 @@ def _ring_contended(
         ring.set(markerfacecolor="none", markeredgecolor=CONTENDED_COLOUR, markeredgewidth=1.4)
 
 
+def _bandwidth_limit(ax: Axes, cells: Sequence[CellRecord], depth: str, colour: str) -> None:
+    """The decode's bandwidth limit at each depth (tok/s = bandwidth ÷ bytes per token), dashed."""
+    pts = [
+        (float(c["params"][depth]), float(limit))
+        for c in cells
+        if isinstance(limit := as_dict(c["metrics"].get(M.TG_BANDWIDTH_UTIL)).get("limit_tps"),
+                      int | float)
+    ]  # fmt: skip
+    if pts:
+        ax.plot(*zip(*pts, strict=True), "--", color=colour, linewidth=1.0, alpha=0.8)
+
+
 def context_scaling(cols: Sequence[Column]) -> Plot:
     """Peak memory, PP and TG against context depth (prompt tokens, else n_ctx)."""
     title = "Memory and throughput against context depth"
@@ -276,7 +288,9 @@ def context_scaling(cols: Sequence[Column]) -> Plot:
         return Plot("context", title, "", note=note)
     caption = (
         f"x: {depth} (log scale); one line per runtime, model and dtype, over every fixture that "
-        "ran ok (their n_ctx may differ: memory grows with it); peak RSS from the OS."
+        "ran ok (their n_ctx may differ: memory grows with it); peak RSS from the OS. Dashed "
+        "in the TG panel: this host's bandwidth limit, its measured read bandwidth ÷ the bytes "
+        "a decode token reads at that depth (weights + KV cache; tg_bandwidth_util)."
     )
     lines = _depth_lines(cols, depth)
     if not lines:
@@ -311,6 +325,8 @@ def context_scaling(cols: Sequence[Column]) -> Plot:
                     linewidth=1.4,
                 )
                 _ring_contended(ax, cells, depth, key, scale)
+            if key == M.TG_TPS:
+                _bandwidth_limit(ax, cells, depth, PALETTE[li % len(PALETTE)])
         ax.set_xscale("log", base=2)
         ax.set_xlabel(depth)
         ax.set_ylabel(ylabel)
@@ -755,3 +771,137 @@ def history_plot(
         axes[0].annotate(text, where, xycoords=("data", "axes fraction"), **style)
     _history_legend(fig, lines)
     return Plot(pid, title, caption, _svg(fig, pid, title))
+
+
+# --- the answer's trade-off: quality against speed ------------------------------------------
+
+EXCLUDED_COLOUR = "#b0b0b0"
+FRONT_COLOUR = "#222222"
+
+
+@dataclass(frozen=True)
+class Point:
+    """One candidate on the quality-vs-speed chart."""
+
+    label: str
+    tg: float
+    quality: float
+    rss_mib: float | None
+    eligible: bool
+    front: bool
+    hover: str
+
+
+def _quality_metric(cands: Sequence[Candidate]) -> str | None:
+    """KLD against the reference where a candidate has it, else same-top %, else none."""
+    for metric in (M.KLD_MEAN, M.SAME_TOP):
+        if any(c.figures[metric].number is not None for c in cands if metric in c.figures):
+            return metric
+    return None
+
+
+def _points(model: ModelSelection, metric: str) -> list[Point]:
+    out = []
+    for c in (*model.ranked, *model.excluded):
+        tg, q = c.figures[M.TG_TPS].number, c.figures[metric].number
+        if tg is None or q is None:
+            continue
+        rss = c.figures[M.PEAK_RSS_OS].number
+        mib = rss / 2**20 if rss is not None else None
+        why = "; ".join(f.text for f in c.failures)
+        place = f"place {c.place}" + (f" (Pareto layer {c.layer})" if c.layer else "")
+        hover = f"{c.label}: " + (f"excluded — {why}" if why else place)
+        out.append(Point(c.label, tg, q, mib, c.eligible, c.eligible and c.layer == 1, hover))
+    return out
+
+
+def _draw_points(ax: Axes, points: Sequence[Point]) -> None:
+    """One artist per candidate (its SVG group gets a ``<title>`` for hover), area ∝ memory."""
+    biggest = max((p.rss_mib or 0.0 for p in points), default=0.0) or 1.0
+    by_speed = sorted(range(len(points)), key=lambda i: points[i].tg)
+    below = {i for n, i in enumerate(by_speed) if n % 2}  # neighbours' labels alternate
+    said: set[str] = set()
+    for i, p in enumerate(points):
+        size = 40.0 + 260.0 * (p.rss_mib or 0.0) / biggest
+        colour = PALETTE[i % len(PALETTE)] if p.eligible else EXCLUDED_COLOUR
+        edge = FRONT_COLOUR if p.front else "white"
+        kind = "on the Pareto front (outlined)" if p.front else (
+            "" if p.eligible else "excluded (grey; hover for why)")  # fmt: skip
+        label = kind if kind and kind not in said else "_nolegend_"
+        said.add(kind)
+        ax.scatter([p.tg], [p.quality], s=size, color=colour, edgecolors=edge, linewidths=1.2,
+                   alpha=0.9 if p.eligible else 0.6, gid=f"cand-{i}", zorder=3,
+                   label=label)  # fmt: skip
+        memory = f" · {p.rss_mib:.0f} MiB" if p.rss_mib is not None else ""
+        ax.annotate(f"{p.label}{memory}", (p.tg, p.quality), fontsize=7,
+                    xytext=(6, -11 if i in below else 5), textcoords="offset points",
+                    color="#333" if p.eligible else "#888")  # fmt: skip
+    front = sorted((p for p in points if p.front), key=lambda p: p.tg)
+    if len(front) > 1:
+        ax.plot([p.tg for p in front], [p.quality for p in front], "--", color=FRONT_COLOUR,
+                linewidth=1.0, zorder=2, label="the front, joined")  # fmt: skip
+
+
+def _limits(ax: Axes, metric: str, c: Constraints) -> None:
+    """The constraints on the axes: the quality limit, the TG floor, negligible KLD."""
+    lim = c.limit("max_kld" if metric == M.KLD_MEAN else "min_same_top_pct")
+    if lim is not None and lim.at is None:
+        ax.axhline(lim.value, color="#c0392b", linestyle=":", linewidth=1.0,
+                   label=f"{'max_kld' if metric == M.KLD_MEAN else 'min_same_top_pct'} "
+                   f"{lim.value:g}")  # fmt: skip
+    tg = c.limit("min_tg_tps")
+    if tg is not None and tg.at is None:
+        ax.axvline(tg.value, color="#e67e22", linestyle=":", linewidth=1.0,
+                   label=f"min_tg_tps {tg.value:g}")  # fmt: skip
+    if metric == M.KLD_MEAN and c.negligible_kld > 0:
+        ax.axhspan(0.0, c.negligible_kld, color="#27ae60", alpha=0.08,
+                   label=f"negligible KLD (≤ {c.negligible_kld:g}: ties)")  # fmt: skip
+
+
+def _with_hover(svg: str, pid: str, points: Sequence[Point]) -> str:
+    """Each candidate's group gets a ``<title>``: its place, or why it was excluded."""
+    for i, p in enumerate(points):
+        tag = f'<g id="{pid}-cand-{i}">'
+        title = p.hover.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        svg = svg.replace(tag, f"{tag}<title>{title}</title>", 1)
+    return svg
+
+
+def quality_speed(model: ModelSelection, constraints: Constraints, index: int = 0) -> Plot:
+    """The answer's trade-off for one model: each candidate's quality (KLD against the
+    reference, lower is better; else same-top %) against its decode speed (TG), memory as the
+    marker's area, the Pareto front outlined and joined, excluded candidates grey with their
+    reason on hover, and the constraints drawn where they bound an axis."""
+    pid = f"answer-{index}"
+    title = f"Quality against speed for {model.model}"
+    metric = _quality_metric((*model.ranked, *model.excluded))
+    caption = ("x: decode speed (TG tok/s, harness clock, higher is better); marker area: peak "
+               "memory; black outline and dashed line: the Pareto front over quality × speed × "
+               "memory; grey: excluded (hover for why); dotted: the constraints.")  # fmt: skip
+    if metric is None:
+        return Plot(pid, title, caption, note="no data: no candidate has a quality figure "
+                    "(KLD or same-top against a reference)")  # fmt: skip
+    points = _points(model, metric)
+    if not points:
+        return Plot(pid, title, caption, note="no data: no candidate has both TG and quality")
+    made = _figure(7.0, 3.8)
+    if isinstance(made, str):
+        return Plot(pid, title, caption, note=made)
+    fig, _ = made
+    ax = fig.subplots()
+    _limits(ax, metric, constraints)
+    _draw_points(ax, points)
+    if metric == M.KLD_MEAN:
+        ax.set_yscale("symlog", linthresh=max(constraints.negligible_kld, 1e-6))
+        ax.set_ylabel("KLD vs reference (nats, lower is better)")
+    else:
+        ax.set_ylabel("same top token vs reference (%, higher is better)")
+    ax.set_xlabel("TG tok/s (higher is better)")
+    ax.set_xlim(left=0, right=max(p.tg for p in points) * 1.35)
+    _style(ax)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, fontsize=7, frameon=False, loc="outside lower center",
+                   ncols=min(4, len(labels)))  # fmt: skip
+    return Plot(pid, title, caption, _with_hover(_svg(fig, pid, title), pid, points))
+

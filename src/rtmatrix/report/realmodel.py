@@ -11,21 +11,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rtmatrix.report.views import (
-    ROWS,
+from rtmatrix.report.views import ROWS, Item, Notes, Part, Row, Value, pick_item, unavailable
+from rtmatrix.results.columns import (
     Column,
-    Item,
-    Notes,
-    Part,
-    Row,
-    Value,
     as_dict,
     cell_label,
     common_params,
     headline_cells,
     normal_cells,
-    pick_item,
-    unavailable,
     varying_params,
 )
 from rtmatrix.results.records import CellRecord

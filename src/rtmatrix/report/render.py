@@ -19,18 +19,22 @@ import jinja2
 from rtmatrix.report import (
     architectures,
     cellmarks,
+    evidence,
     history,
     lifecycle,
     partitions,
     plots,
-    ranking,
     realmodel,
     stack,
     upgrade,
     views,
 )
 from rtmatrix.report.views import fmt_value
+from rtmatrix.results import ranking, series
+from rtmatrix.results.columns import Column, as_dict, as_list, columns
 from rtmatrix.results.records import RunRecord
+from rtmatrix.selection import Selection, SelectionError, constraints_for, select
+from rtmatrix.selection.models import KINDS
 
 __all__ = ["fmt_value", "render_report"]
 
@@ -60,15 +64,17 @@ def _env(notes: views.Notes) -> jinja2.Environment:
     env.filters["fmt"] = fmt_value
     env.filters["flat"] = views.flat_items
     env.filters["other_evidence"] = views.other_evidence
-    env.filters["as_dict"] = views.as_dict
-    env.filters["as_list"] = views.as_list
+    env.filters["as_dict"] = as_dict
+    env.filters["as_list"] = as_list
     env.filters["figure"] = lambda m, cell, name="": views.marked_metric(m, notes, name, cell)
     env.filters["marks"] = lambda cell: cellmarks.marks(cell, notes)
     env.filters["cmdline"] = cellmarks.command_line
+    env.filters["ev_blocks"] = evidence.blocks_of
+    env.filters["metric_rows"] = lambda metrics: evidence.metric_rows(metrics, notes)
     return env
 
 
-def _plots(cols: list[views.Column]) -> list[plots.Plot]:
+def _plots(cols: list[Column]) -> list[plots.Plot]:
     return [
         plots.throughput_by_quant(cols),
         plots.context_scaling(cols),
@@ -76,11 +82,11 @@ def _plots(cols: list[views.Column]) -> list[plots.Plot]:
     ]
 
 
-def _shown(cols: list[views.Column], by_matrix: bool = True) -> list[views.Column]:
+def _shown(cols: list[Column], by_matrix: bool = True) -> list[Column]:
     """One column per matrix and runtime row (the newest run's), with picks, spreads, ranks;
     without ``by_matrix`` (a paired comparison's two sides), each run's rows side by side."""
-    shown = history.shown_columns(cols) if by_matrix else [c for c in cols if c.cells]
-    history.attach(shown)
+    shown = series.shown_columns(cols) if by_matrix else [c for c in cols if c.cells]
+    series.attach(shown)
     ranking.attach(shown)
     return shown
 
@@ -92,17 +98,23 @@ def _upgrades(runs: list[RunRecord], baseline: RunRecord | None) -> list[upgrade
     return [upgrade.view(baseline, run) for run in runs if run["run_id"] != baseline["run_id"]]
 
 
-def _answer(runs: list[RunRecord]) -> Any:
+def _answer(runs: list[RunRecord]) -> Selection | dict[str, str]:
     """The selection verdict the page opens with (``rtmatrix select`` on the same runs, under
-    the newest run's ``[selection]`` table and the defaults); None when it cannot be given."""
-    from rtmatrix.selection import SelectionError, constraints_for, select  # select reads
-    # the report's views: imported here, not at the top, so neither module needs the other first
-
+    the newest run's ``[selection]`` table and the defaults); ``{"unavailable": why}`` when it
+    cannot be given."""
     try:
         return select(runs, constraints_for(runs, []))
     except (SelectionError, ValueError, KeyError, TypeError, AttributeError) as exc:
         # records this release cannot read for a verdict: the page says so and goes on
         return {"unavailable": f"no selection verdict: {type(exc).__name__}: {exc}"}
+
+
+def _answer_plots(answer: Selection | dict[str, str]) -> dict[str, plots.Plot]:
+    """The quality-vs-speed chart of each real model the answer shows (its first three)."""
+    if not isinstance(answer, Selection):
+        return {}
+    shown = [m for m in answer.models[:3] if m.kind == KINDS[0]]
+    return {m.model: plots.quality_speed(m, answer.constraints, i) for i, m in enumerate(shown)}
 
 
 def render_html(
@@ -115,24 +127,27 @@ def render_html(
     and/or a paired comparison first; upgrade pages leave out runtime rows that did not run.
     Several runs of one matrix show each runtime row once, with its history (a comparison's
     two sides stay side by side: the comparison section judges them)."""
-    runs = history.by_time(runs)
+    runs = series.by_time(runs)
     notes = views.Notes()
-    every = views.columns(runs, ran_only=bool(baseline or comparison))
+    every = columns(runs, ran_only=bool(baseline or comparison))
     cols = _shown(every, by_matrix=comparison is None)
+    # an upgrade or comparison page answers "what changed" first: its own view leads
+    answer = None if baseline or comparison else _answer(runs)
     script = _asset("report.js")
     context = {
         "runs": runs,
         "cols": cols,
         "every": every,
-        "left_out": history.left_out(every, cols),
+        "shared_evidence": evidence.shared(every),
+        "left_out": series.left_out(every, cols),
         "history": history.views(cols, paired),
         "summary": views.summary(runs, cols),
         "real_model": realmodel.rows(cols, notes),
         "stack_rows": stack.rows(cols, notes),
         "real_sources": realmodel.sources(cols),
         "architectures": architectures.view(cols),
-        # an upgrade or comparison page answers "what changed" first: its own view leads
-        "answer": None if baseline or comparison else _answer(runs),
+        "answer": answer,
+        "answer_plots": _answer_plots(answer) if answer is not None else {},
         "selection": views.selection(cols, notes),
         "grid": views.grid(cols),
         "plots": _plots(cols),

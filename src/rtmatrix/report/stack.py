@@ -1,24 +1,21 @@
 """The report's stack view: per runtime row, the four layers of its cells (``evidence.stack``:
-format, runtime, backend, kernels) in four rows, one entry per dtype, and which kernels computed
-the matmuls — with a kernel-level fallback marked as a placement fallback is. A run whose cells
-carry no stack has no such table."""
+format, runtime, backend, kernels) in four rows, and which kernels computed the matmuls — with a
+kernel-level fallback marked as a placement fallback is. A run whose cells carry no stack has no
+such table.
+
+Differences, not repetitions: each distinct value of a layer is shown once per row, naming how
+many of the row's cells share it (``all 12 cells``; the cells on hover), and a cell with another
+value gets a line of its own. Where the cells that share a line differ in detail, the hover
+shows the first one's record and names the others."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from rtmatrix.report.views import (
-    Column,
-    Item,
-    Notes,
-    Part,
-    Row,
-    Value,
-    as_dict,
-    cell_label,
-    specialized,
-)
+from rtmatrix.report.views import Item, Notes, Part, Row, Value, specialized
+from rtmatrix.results.columns import Column, as_dict, cell_label
 from rtmatrix.results.records import CellRecord
 
 LAYERS = (
@@ -84,9 +81,34 @@ def _item(cell: CellRecord, layer: str) -> Item | None:
     if layer == "numerics" and cell.get("numerics_mark"):
         text = f"{text} — {cell.get('numerics_mark')}"
         css = "v-WARN"
+    if layer == "numerics" and cell.get("self_check_mark"):  # what the figures measured
+        text = f"{text} — {cell.get('self_check_mark')}"
+        css = "v-WARN"
     title = json.dumps(data, indent=1, default=str)[:2000]
     value = Value(text, "", title, None, css)
     return Item(cell_label(cell, []), (Part("", value),))
+
+
+def _distinct(items: list[Item]) -> list[Item]:
+    """One line per distinct shown value (text and mark), in first-seen order."""
+    groups: dict[tuple[str, str], list[Item]] = {}
+    for it in items:
+        v = it.parts[0].value
+        groups.setdefault((v.text, v.css), []).append(it)
+    return [_group(same, len(items)) for same in groups.values()]
+
+
+def _group(same: list[Item], total: int) -> Item:
+    first = same[0]
+    if len(same) == 1:
+        return first
+    names = list(dict.fromkeys(it.label for it in same))
+    label = f"all {total} cells" if len(same) == total else f"{len(same)} of {total} cells"
+    value = first.parts[0].value
+    others = [it.label for it in same[1:] if it.parts[0].value.title != value.title]
+    detail = f"; details differ for {', '.join(dict.fromkeys(others))}" if others else ""
+    title = f"{value.title}\n— {first.label}{detail}" if value.title else ""
+    return Item(label, (Part("", replace(value, title=title)),), ", ".join(names))
 
 
 def rows(cols: list[Column], notes: Notes) -> list[Row]:
@@ -99,7 +121,8 @@ def rows(cols: list[Column], notes: Notes) -> list[Row]:
     out = []
     for layer, help_ in LAYERS:
         entries = [
-            [it for _, c in col.cells if (it := _item(c, layer)) is not None] for col in cols
+            _distinct([it for _, c in col.cells if (it := _item(c, layer)) is not None])
+            for col in cols
         ]
         out.append(Row(layer, help_, entries))
     out.append(Row("specialized kernels for", "the matmul kernels named across its cells",

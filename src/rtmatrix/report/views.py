@@ -11,18 +11,33 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from rtmatrix.matrix import options_text
 from rtmatrix.metrics import registry
-from rtmatrix.names import M, Scenario
+from rtmatrix.names import M
+from rtmatrix.options import options_text
 from rtmatrix.outcome import Source, Verdict
 from rtmatrix.report.architectures import cell_state
+from rtmatrix.results.columns import (
+    Column,
+    Rank,
+    Spread,
+    as_dict,
+    as_list,
+    cell_label,
+    fixture_label,
+    headline_cells,
+    normal_of,
+    params_label,
+    row_key,
+    scenario_of,
+    varying_params,
+)
 from rtmatrix.results.records import CellRecord, MetricRecord, ParityRecord, RunRecord, value_of
 from rtmatrix.runtimes.llama_cpp.records import legacy_reference_tool
-from rtmatrix.scenarios import SPECS, metric_prefixes
+from rtmatrix.scenarios import SPECS
 
 # Where a shown value came from: the metric sources, plus what the report derives itself.
 SOURCES: dict[str, tuple[str, str]] = {
@@ -34,6 +49,10 @@ SOURCES: dict[str, tuple[str, str]] = {
     Source.HARNESS_COMPARISON: (
         "cmp",
         "computed by rtmatrix from the runtime's logits against the numpy reference",
+    ),
+    Source.DERIVED: (
+        "drv",
+        "derived by rtmatrix from the cell's figures and this host's measured limits",
     ),
     Source.UNAVAILABLE: ("n/a", "unavailable: the reason is on hover and in the notes"),
     "machine": ("host", "the host probe of the run (platform, /proc/cpuinfo)"),
@@ -181,96 +200,6 @@ def text(value: str, title: str = "", css: str = "") -> Value:
 
 
 @dataclass(frozen=True)
-class Spread:
-    """How much one figure of a row varies: the coefficient of variation (sd / mean) of the
-    shown cell's repetitions, and of its medians over the runs where it is comparable."""
-
-    within_cv: float | None
-    n_samples: int
-    between_cv: float | None = None
-    n_runs: int = 1
-    run_medians: tuple[float, ...] = ()
-
-    @property
-    def swing(self) -> float | None:
-        """The variation a reader should expect: run to run where known, else repetitions."""
-        return self.between_cv if self.between_cv is not None else self.within_cv
-
-
-@dataclass(frozen=True)
-class Rank:
-    """One row's place for one criterion at one fixture: best, within noise of it, or behind."""
-
-    place: int  # 1-based, by median
-    of: int  # rows ranked
-    best: bool
-    tie: bool  # within noise of the best
-    test: str  # how it was judged against the best
-    swings: str = ""  # set when its spread exceeds its lead over the next row
-    untested: bool = False  # too few samples to tell it from the best either way
-
-
-@dataclass(frozen=True)
-class Pick:
-    """The cell whose figures a row shows for one of its fixtures, and why when it is not the
-    newest run's (that one ran contended)."""
-
-    cell: CellRecord
-    run_id: str
-    version: str
-    why: str = ""
-
-
-@dataclass(eq=False)
-class Column:
-    """One runtime row of one run (on one target, for a fleet run): a column of the selection
-    matrix and of the fixture grid."""
-
-    run_index: int
-    run: RunRecord
-    runtime: str
-    info: Mapping[str, Any]  # the run's runtimes entry ({} for a runtime it does not list)
-    cells: list[tuple[str, CellRecord]]  # (evidence anchor id, cell)
-    headline: dict[str, Any] | None = None  # the params its selection values are read at
-    target: str | None = None  # the [[targets]] label its cells ran on (rtmatrix.fleet)
-
-    def _host(self, key: str) -> dict[str, Any]:
-        """The host block's ``key`` of the first cell that ran on a fleet host, else {}."""
-        for _, c in self.cells:
-            host: Mapping[str, Any] = c.get("host") or {}
-            value = host.get(key)
-            if isinstance(value, dict) and value:
-                return value
-        return {}
-
-    @property
-    def machine(self) -> dict[str, Any]:
-        """The machine its cells ran on: the fleet host's, else the run's."""
-        return self._host("machine") or dict(self.run.get("machine", {}))
-
-    #: this row in every run of the same matrix, oldest first (itself last); [] when alone
-    series: list[Column] = field(default_factory=list, repr=False)
-    picks: dict[str, Pick] = field(default_factory=dict)  # cell key -> figures shown
-    spreads: dict[tuple[str, str], Spread] = field(default_factory=dict)  # (row key, metric)
-    ranks: dict[tuple[str, str], Rank] = field(default_factory=dict)  # (row key, metric)
-
-    @property
-    def version(self) -> str:
-        return str(
-            self._host("runtime").get("version") or self.info.get("version") or "not installed"
-        )
-
-    @property
-    def label(self) -> str:
-        where = f"{self.runtime}@{self.target}" if self.target else self.runtime
-        return f"{where} {self.version}"
-
-    @property
-    def headline_text(self) -> str:
-        return params_text(self.headline) if self.headline else ""
-
-
-@dataclass(frozen=True)
 class Row:
     label: str
     help: str
@@ -283,18 +212,6 @@ class GridRow:
     label: str
     detail: str
     cells: list[tuple[str, CellRecord] | None]  # one per column
-
-
-def as_dict(value: Any) -> dict[str, Any]:
-    """Evidence is free-form: a mapping where one is expected, else nothing."""
-    return value if isinstance(value, dict) else {}
-
-
-def as_list(value: Any) -> list[Any]:
-    """Evidence is free-form: a list where one is expected (a lone value becomes one item)."""
-    if isinstance(value, list | tuple):
-        return list(value)
-    return [] if value in (None, "", {}) else [value]
 
 
 def unavailable(reason: str, notes: Notes, text: str = "unavailable") -> Value:
@@ -417,6 +334,23 @@ def marked_metric(metric: MetricRecord | None, notes: Notes, name: str, cell: Ce
     return replace(value, badges=(badge,)) if badge else value
 
 
+def share_value(cell: CellRecord, key: str, notes: Notes) -> Value:
+    """A derived utilization as ``41 % of this host's measured bandwidth``, inputs on hover."""
+    metric = as_dict(cell["metrics"].get(key))
+    value = metric_value(metric or None, notes, key)
+    if value.unavailable or not isinstance(metric.get("value"), int | float):
+        return value
+    hover = [str(metric[k]) for k in ("method", "formula") if metric.get(k)]
+    if isinstance(metric.get("limit_tps"), int | float):
+        hover.append(f"this host's limit for this cell: {metric['limit_tps']:,.0f} tok/s")
+    text = f"{100 * float(metric['value']):.0f} % of {metric.get('versus', 'the host limit')}"
+    if metric.get("host_limits_contended"):  # the limit reads low: the share reads high
+        text += " (limit measured on a busy host)"
+        hover.append(f"{metric.get('host_limits_busy_cores', 0):.2f} cores were busy outside "
+                     "the host-limits probe")  # fmt: skip
+    return replace(value, text=text, title="; ".join(hover))
+
+
 def ratio_value(cell: CellRecord, key: str, ref_key: str, own_key: str, notes: Notes) -> Value:
     """rtmatrix ÷ the runtime's own benchmark tool, as ``0.86×``, with both figures on hover."""
     metrics = cell["metrics"]
@@ -452,50 +386,6 @@ def reference_tool(cell: CellRecord) -> str:
 # --- columns and labels --------------------------------------------------------------------
 
 
-def anchor(run_index: int, cell_index: int) -> str:
-    return f"ev-{run_index}-{cell_index}"
-
-
-def columns(runs: list[RunRecord], ran_only: bool = False) -> list[Column]:
-    """One column per runtime row (and target) of each run, in run order, then matrix order;
-    with ``ran_only``, rows without a cell in that run (they did not run) are left out."""
-    cols = []
-    for ri, run in enumerate(runs):
-        names = list(run.get("runtimes", {}))
-        names += [c["runtime"] for c in run["cells"] if c["runtime"] not in names]
-        for name in dict.fromkeys(names):
-            info: Mapping[str, Any] = run.get("runtimes", {}).get(name, {})
-            mine = [
-                (anchor(ri, ci), c) for ci, c in enumerate(run["cells"]) if c["runtime"] == name
-            ]
-            if ran_only and not mine:
-                continue
-            for target in dict.fromkeys(c.get("target") for _, c in mine) or [None]:
-                cells = [(a, c) for a, c in mine if c.get("target") == target]
-                cols.append(Column(ri, run, name, info, cells, target=target))
-    shared = common_params(c for col in cols for c in _normal(col))
-    for col in cols:
-        own = _normal(col)
-        col.headline = shared if any(c["params"] == shared for c in own) else common_params(own)
-    return cols
-
-
-def row_key(cell: CellRecord) -> str:
-    """The cell's key without its runtime: the same fixture and params across runtimes."""
-    key = str(cell["key"])
-    return key.split("|", 1)[1] if "|" in key else key
-
-
-def fixture_label(cell: CellRecord) -> str:
-    fx = cell["fixture"]
-    text = str(fx.get("name"))
-    if fx.get("dtype"):
-        text += f"/{fx['dtype']}"
-    if fx.get("variant") and str(fx["variant"]) not in str(fx.get("name")):
-        text += f" +{fx['variant']}"
-    return text
-
-
 def distinct_labels(cells: list[CellRecord], prefix: list[str]) -> list[str]:
     """``prefix[i]`` + fixture label, plus the params that tell same-labelled cells apart."""
     base = [f"{p}{fixture_label(c)}" for p, c in zip(prefix, cells, strict=True)]
@@ -507,99 +397,7 @@ def distinct_labels(cells: list[CellRecord], prefix: list[str]) -> list[str]:
     return out
 
 
-def varying_params(cells: Iterable[CellRecord]) -> list[str]:
-    seen: dict[str, set[Any]] = {}
-    for c in cells:
-        for k, v in c["params"].items():
-            seen.setdefault(k, set()).add(v)
-    return [k for k, vals in seen.items() if len(vals) > 1]
-
-
-PARAM_NAMES = {"n_ctx": "ctx", "prompt_tokens": "prompt", "gen_tokens": "gen"}
-
-
-def params_text(params: dict[str, Any], keys: Iterable[str] | None = None) -> str:
-    return " ".join(
-        f"{PARAM_NAMES.get(k, k)} {params[k]}"
-        for k in (params if keys is None else keys)
-        if k in params
-    )
-
-
-def params_label(cell: CellRecord, keys: Iterable[str] | None = None) -> str:
-    return params_text(cell["params"], keys)
-
-
-def cell_label(cell: CellRecord, vary: list[str]) -> str:
-    label = fixture_label(cell)
-    return f"{label} {params_label(cell, vary)}" if vary else label
-
-
 # --- the selection matrix ------------------------------------------------------------------
-
-
-def _scenario_named(value: object) -> Scenario | bool | None:
-    """A recorded scenario name: the lifecycle scenario, None for the plain generation, False
-    when nothing (or nothing known) is recorded."""
-    if value is None:
-        return False
-    try:
-        sc = Scenario(str(value))
-    except ValueError:
-        return False
-    return None if sc is Scenario.GENERATE else sc
-
-
-def scenario_of(cell: CellRecord) -> Scenario | None:
-    """The lifecycle scenario a cell ran, or None for the plain timed generation: the cell's
-    ``scenario`` when the record has it (the fixture's in older records, the ``lifecycle_checks``
-    metric's in older still), else which scenario's metric family the cell has
-    (``rtmatrix.scenarios.metric_prefixes()``). A cell that ended before measuring in a record
-    without any of these counts as a plain generation."""
-    metrics = cell["metrics"]
-    for recorded in (
-        cell.get("scenario"),
-        cell["fixture"].get("scenario"),
-        as_dict(metrics.get(M.LIFECYCLE_CHECKS)).get("scenario"),
-    ):
-        found = _scenario_named(recorded)
-        if found is not False:
-            return found if isinstance(found, Scenario) else None
-    for sc, prefix in metric_prefixes().items():
-        if any(str(k).startswith(prefix) for k in metrics):
-            return sc
-    return None
-
-
-def normal_cells(cells: Iterable[CellRecord]) -> list[CellRecord]:
-    """Cells of the plain timed generation expected to run: no expected error (failing-model
-    variants expect one; a variant expected to run, such as a partition fixture, counts) and no
-    lifecycle scenario (those have their own panel)."""
-    return [c for c in cells if c.get("expect", "ok") == "ok" and scenario_of(c) is None]
-
-
-def _normal(col: Column) -> list[CellRecord]:
-    return normal_cells(c for _, c in col.cells)
-
-
-def common_params(cells: Iterable[CellRecord]) -> dict[str, Any] | None:
-    """The params most cells share (first seen wins a tie): where runtimes and dtypes compare."""
-    counts: dict[str, tuple[int, dict[str, Any]]] = {}
-    for c in cells:
-        k = repr(sorted(c["params"].items()))
-        counts[k] = (counts.get(k, (0, c["params"]))[0] + 1, c["params"])
-    return max(counts.values(), key=lambda t: t[0])[1] if counts else None
-
-
-def headline_cells(col: Column) -> list[CellRecord]:
-    """The column's ordinary cells at its headline params: one per fixture and dtype; where the
-    newest run's cell ran contended, the cell picked in its stead (``Column.picks``)."""
-    return [picked(col, c) for c in _normal(col) if c["params"] == col.headline]
-
-
-def picked(col: Column, cell: CellRecord) -> CellRecord:
-    pick = col.picks.get(str(cell["key"]))
-    return pick.cell if pick else cell
 
 
 def pick_item(col: Column, cell: CellRecord, label: str, parts: tuple[Part, ...]) -> Item:
@@ -622,9 +420,29 @@ def _per_cell(
         # the same everywhere (e.g. one unavailable reason); a picked older run stays named
         first = items[0]
         return [Item(first.label if first.title else "", first.parts, first.title)]
-    if len(items) > MAX_LISTED:
+    grouped = collapse(items, len(cells))
+    if len(grouped) > MAX_LISTED:
         return _ranges(items, len(cells))
-    return items
+    return grouped
+
+
+def collapse(items: Sequence[Item], total: int) -> list[Item]:
+    """Differences, not repetitions: the items that show the same values (from the same run)
+    as one line naming how many cells share it — ``all 12 cells`` when every cell does, the
+    cells on hover — and each other item as it is, in first-seen order."""
+    groups: dict[tuple[tuple[Part, ...], str], list[Item]] = {}
+    for it in items:
+        groups.setdefault((it.parts, it.title), []).append(it)
+    return [_shared_item(same, total) for same in groups.values()]
+
+
+def _shared_item(same: Sequence[Item], total: int) -> Item:
+    first = same[0]
+    if len(same) == 1:
+        return first
+    label = f"all {total} cells" if len(same) == total else f"{len(same)} of {total} cells"
+    names = ", ".join(dict.fromkeys(it.label for it in same))
+    return Item(label, first.parts, f"{first.title}; {names}" if first.title else names)
 
 
 def _ranges(items: list[Item], n: int) -> list[Item]:
@@ -729,7 +547,7 @@ def _architecture(col: Column, notes: Notes) -> list[Item]:
 
 
 def _max_context(col: Column, notes: Notes) -> list[Item]:
-    cells = _normal(col)
+    cells = normal_of(col)
     passed = [c["params"].get("n_ctx") for c in cells if c["verdict"] == Verdict.PASS]
     tried = [c["params"].get("n_ctx") for c in cells]
     ctx_ok = [n for n in passed if isinstance(n, int)]
@@ -747,7 +565,7 @@ def _max_context(col: Column, notes: Notes) -> list[Item]:
 def _by_dtype(col: Column) -> dict[str, list[CellRecord]]:
     """The column's ordinary cells grouped by dtype (a user's file: ``native``)."""
     by_dtype: dict[str, list[CellRecord]] = {}
-    for c in _normal(col):
+    for c in normal_of(col):
         by_dtype.setdefault(str(c["fixture"].get("dtype") or "native"), []).append(c)
     return by_dtype
 
@@ -846,6 +664,7 @@ class Fig:
     detail: bool = False  # on demand only
     optional: bool = False  # shown only where the cell recorded it (reference figures)
     ratio_of: tuple[str, str] | None = None  # (reference, own): shown as own ÷ reference
+    share: bool = False  # a utilization: shown as "41 % of this host's measured bandwidth"
 
     @classmethod
     def of(cls, key: M, *, detail: bool = False, optional: bool = False) -> Fig:
@@ -856,6 +675,8 @@ class Fig:
 def _fig_part(col: Column, cell: CellRecord, fig: Fig, notes: Notes) -> Part | None:
     if fig.optional and fig.key not in cell["metrics"]:
         return None
+    if fig.share:
+        return Part(fig.label, share_value(cell, fig.key, notes), fig.detail)
     if fig.ratio_of is None:
         return Part(fig.label, figure_value(col, cell, fig.key, notes), fig.detail)
     ref, own = fig.ratio_of
@@ -902,10 +723,11 @@ def _quality(col: Column, notes: Notes) -> list[Item]:
 
 
 def _throughput(
-    key: str, counter: str, reference: str, ratio: str, label: str
+    key: str, counter: str, reference: str, ratio: str, label: str, util: str
 ) -> Callable[[Column, Notes], list[Item]]:
     return _metric_row(
         Fig(key, label),
+        Fig(util, "=", optional=True, share=True),
         Fig(ratio, label, optional=True, ratio_of=(reference, key)),
         Fig(counter, f"{label} ctr", detail=True),
         Fig(reference, f"{label} ref", detail=True, optional=True),
@@ -1083,15 +905,19 @@ ROWS: tuple[tuple[str, str, Callable[[Column, Notes], list[Item]]], ...] = (
     ),
     (
         "PP tok/s",
-        "prefill throughput, harness clock; ÷ the runtime's own benchmark tool where it has one "
-        "(runtime counters in all figures)",
-        _throughput(M.PP_TPS, M.PP_TPS_COUNTER, M.PP_TPS_REFERENCE, PP_REFERENCE_RATIO, "PP"),
+        "prefill throughput, harness clock; = its share of this host's measured matmul peak "
+        "(FLOPs per token); ÷ the runtime's own benchmark tool where it has one (runtime "
+        "counters in all figures)",
+        _throughput(M.PP_TPS, M.PP_TPS_COUNTER, M.PP_TPS_REFERENCE, PP_REFERENCE_RATIO, "PP",
+                    M.PP_COMPUTE_UTIL),
     ),
     (
         "TG tok/s",
-        "decode throughput, harness clock; ÷ the runtime's own benchmark tool where it has one "
-        "(runtime counters in all figures)",
-        _throughput(M.TG_TPS, M.TG_TPS_COUNTER, M.TG_TPS_REFERENCE, TG_REFERENCE_RATIO, "TG"),
+        "decode throughput, harness clock; = its share of this host's measured memory bandwidth "
+        "(bytes read per token); ÷ the runtime's own benchmark tool where it has one (runtime "
+        "counters in all figures)",
+        _throughput(M.TG_TPS, M.TG_TPS_COUNTER, M.TG_TPS_REFERENCE, TG_REFERENCE_RATIO, "TG",
+                    M.TG_BANDWIDTH_UTIL),
     ),
     (
         "TTFT / TPOT",
@@ -1262,4 +1088,3 @@ def serve_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]
         return []
     key = f"serve_c{levels[-1]}_ttft_p50_s"
     return [Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes))]
-

@@ -110,6 +110,14 @@ class HostRecord(TypedDict):
     lost: NotRequired[list[str]]
 
 
+class SelfCheckRecord(TypedDict):
+    """One of an ok cell's self-checks (``rtmatrix.metrics.selfcheck``)."""
+
+    status: str  # passed | failed | not-applicable
+    summary: str
+    figures: NotRequired[dict[str, Any]]
+
+
 class CellRecord(TypedDict):
     """One cell of a run (``$defs/cell``): ``runner.record.cell_record``."""
 
@@ -130,6 +138,10 @@ class CellRecord(TypedDict):
     diagnosed: NotRequired[bool]
     #: the cell computed below its requested precision: judged as what ran, said in words
     numerics_mark: NotRequired[str]
+    #: an ok cell's self-checks (rtmatrix.metrics.selfcheck): name -> status, summary, figures
+    self_checks: NotRequired[dict[str, SelfCheckRecord]]
+    #: a self-check failed: which, with the figures, in words
+    self_check_mark: NotRequired[str]
     #: the numerics control run (the options that force the requested precision) and its record
     numerics_control: NotRequired[dict[str, Any]]
     verdict_reason: NotRequired[str]
@@ -177,6 +189,8 @@ class MachineRecord(TypedDict):
     gpus: NotRequired[Any]
     gpu_detection: NotRequired[str | None]
     python: NotRequired[str]
+    #: thread count -> this host's measured limits (metrics.hostlimits), or why none
+    host_limits: NotRequired[dict[str, Any]]
 
 
 class ProjectRecord(TypedDict):

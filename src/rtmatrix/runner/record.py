@@ -19,7 +19,16 @@ from rtmatrix.fixtures.prepare import reference_weights
 from rtmatrix.fixtures.spec import ExporterUnavailable, get_spec
 from rtmatrix.matrix import Cell, Matrix, options_text
 from rtmatrix.metrics import cell as cell_metrics
-from rtmatrix.metrics import host, package, parity, quality, registry
+from rtmatrix.metrics import (
+    host,
+    hostlimits,
+    package,
+    parity,
+    quality,
+    registry,
+    selfcheck,
+    utilization,
+)
 from rtmatrix.metrics.contention import DEFAULT_THRESHOLD_CORES, ContentionReading, gated_reading
 from rtmatrix.metrics.quality import QualityPlan
 from rtmatrix.names import M, Scenario
@@ -401,7 +410,8 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
             outcome = outcome.with_status(
                 Status.FALLBACK, f"kernel-level fallback: {kernels['fallback_reason']}"
             )
-    j = _judge(fin, outcome)
+    checks = self_checks_for(fin, outcome.status, par)
+    j = selfcheck.judged(_judge(fin, outcome), checks)  # a failed self-check: PASS -> WARN
     out = record | {
         "outcome": outcome.to_dict(),
         "verdict": str(j.verdict),
@@ -411,6 +421,9 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         "wall_s": fin.launch.wall_s if fin.launch else 0.0,
         "contended": bool(busy and busy.contended),
     }
+    out["metrics"] |= utilization.metrics_for(out)  # ÷ this host's measured limits
+    if checks is not None:  # each check passed / failed with its figures / not applicable
+        selfcheck.annotate(out, checks)
     mark = numerics_mark(numerics_judged(fin), par) if outcome.status is Status.OK else None
     if mark:  # a downgrade never passes silently as the requested dtype
         out["numerics_mark"] = mark
@@ -427,6 +440,22 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
             else "seeded token ids (the text is shorter than prompt_tokens, or text_prompt = false)"
         }
     return out
+
+
+def self_checks_for(
+    fin: Finished, status: Status, par: dict[str, Any]
+) -> selfcheck.SelfChecks | None:
+    """An ok cell's self-checks (:mod:`rtmatrix.metrics.selfcheck`) against what its job
+    asked; None for a cell that is not ok."""
+    if status is not Status.OK:
+        return None
+    p, result = fin.cell.params, fin.result
+    text_ids = fin.text.prompt_ids if fin.text else None
+    expected = selfcheck.Expected(len(text_ids) if text_ids else int(p["prompt_tokens"]),
+                                  int(p["gen_tokens"]), par.get("logit_tolerance"))  # fmt: skip
+    why = f"the {fin.cell.fixture.scenario} scenario has no timed repetitions"
+    return selfcheck.run_checks(result.reps if result else [],
+                                result.self_check if result else None, expected, why)  # fmt: skip
 
 
 def numerics_mark(judged: Judged, par: dict[str, Any]) -> str | None:
@@ -591,7 +620,8 @@ def new_record(matrix: Matrix, describe: dict[str, dict[str, Any]]) -> dict[str,
             "gate": matrix.raw.get("gate", {}),
             "selection": matrix.raw.get("selection", {}),
         },
-        "machine": host.machine_info(),
+        "machine": host.machine_info()
+        | hostlimits.machine_entry({int(c.params["threads"]) for c in matrix.cells()}),
         "project": host.project_info(),
         "runtimes": runtimes,
         "skipped": [],
@@ -625,6 +655,9 @@ def progress_line(i: int, n: int, cell: Cell, rec: dict[str, Any]) -> str:
     if rec.get("contended") and out["status"] == "ok":
         busy = m[M.HOST_BUSY_CORES]["value"]
         figs += f"  CONTENDED: {busy:.2f} cores busy outside the cell (figures not comparable)"
+    failed = [n for n, c in (rec.get("self_checks") or {}).items() if c.get("status") == "failed"]
+    if failed:  # what the figures measured is in question: said, never silent
+        figs += f"  SELF-CHECK FAILED: {', '.join(failed)}"
     ctl = rec.get("control")
     if ctl:  # a crash rerun with the row's control setting: say what it showed first
         opts = options_text(ctl["options"])

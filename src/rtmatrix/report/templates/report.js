@@ -16,7 +16,9 @@
     document.querySelectorAll("button[data-toggle]").forEach(function (btn) {
       btn.addEventListener("click", function () {
         var open = btn.getAttribute("data-toggle") === "open";
-        document.querySelectorAll("details.evidence").forEach(function (d) { d.open = open; });
+        document.querySelectorAll("details.evidence, details.evidence-shared").forEach(function (d) {
+          d.open = open;
+        });
       });
     });
     var all = document.getElementById("all-figures");

@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, CrashControl, LoadParams, RuntimeUnavailable
-from rtmatrix.adapters.capabilities import ReferenceBudget
+from rtmatrix.adapters.capabilities import PromptCache, ReferenceBudget
 from rtmatrix.numerics import StackReport
 from rtmatrix.protocol import JobParams
 from rtmatrix.runtimes.llama_cpp.errors import ERROR_PATTERNS
@@ -381,6 +381,11 @@ class LlamaCppAdapter(Adapter):
             "tg_tokens": float(perf.n_eval),
             "load_ms": float(perf.t_load_ms),
         }
+
+    # -- PromptCaching --------------------------------------------------------------------------
+    def prompt_cache(self) -> PromptCache:
+        return PromptCache(False, "reset() clears the context's memory (llama_memory_clear) "
+                           "before every generation")  # fmt: skip
 
     # -- Sampling --------------------------------------------------------------------------------
     sampler_api: ClassVar[str] = (

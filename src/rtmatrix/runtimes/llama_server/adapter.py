@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import PromptCache
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.llama_cpp import reftool
 from rtmatrix.runtimes.llama_cpp.adapter import (
@@ -267,6 +268,13 @@ class LlamaServerAdapter(Adapter):
     def abort_prefill(self, prompt: Sequence[int], delay_s: float | None) -> dict[str, Any]:
         """A client that drops its connection mid-prefill (see :func:`.stream.abort_prefill`)."""
         return abort_prefill(self.port, prompt, delay_s)
+
+    # -- PromptCaching --------------------------------------------------------------------------
+    def prompt_cache(self) -> PromptCache:
+        said = ("every request the harness sends sets cache_prompt false (stream, cancel, "
+                "sample, batch invariance); the serve scenario's /v1/completions load keeps the "
+                "server's default (cache_prompt on)")  # fmt: skip
+        return PromptCache(False, said)
 
     # -- Sampling --------------------------------------------------------------------------------
     sampler_api: ClassVar[str] = (

@@ -16,5 +16,16 @@ OPTIONS = {
             Option("fp16", ("bool",), False, "the converter stores weights in fp16"),
         ),
     ),
-    "MnnLlmAdapter": Options("mnn_llm"),
+    "MnnLlmAdapter": Options(
+        "mnn_llm",
+        (
+            Option("precision", ("str",), None, "MNN-LLM's precision level (config precision)",
+                   ("low", "normal", "high"), "precision", "the exporter's config: low"),
+            Option("memory", ("str",), None, "MNN-LLM's memory level (low: quantized weights' "
+                   "matmuls quantize activations)", ("low", "normal", "high"), "memory",
+                   "the exporter's config: low"),
+            Option("backend", ("str",), None, "MNN-LLM's backend", (), "backend_type",
+                   "the exporter's config: cpu"),
+        ),
+    ),
 }  # fmt: skip

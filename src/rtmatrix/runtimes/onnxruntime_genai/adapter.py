@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import PromptCache
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.onnxruntime.placement import parse_placement_log
 from rtmatrix.runtimes.onnxruntime_genai.errors import ERROR_PATTERNS
@@ -261,6 +262,11 @@ class OrtGenaiAdapter(Adapter):
         del gen
         self.reset()
         return out
+
+    # -- PromptCaching --------------------------------------------------------------------------
+    def prompt_cache(self) -> PromptCache:
+        return PromptCache(False, "reset() makes a new og.Generator for every generation: no KV "
+                           "state carries from one generation to the next")  # fmt: skip
 
     # -- Tokenizing ------------------------------------------------------------------------------
     def tokenize_text(self, text: str) -> list[int]:

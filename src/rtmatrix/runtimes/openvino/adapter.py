@@ -7,6 +7,14 @@ the device (``CPU``). ``prefill``/``decode`` run one synchronous inference each 
 and keep the ``present.*`` outputs as the next call's ``past_key_values.*``. The infer request's
 own ``latency`` (ms) of each call is the runtime counter (source ``runtime-counter``).
 
+A Hugging Face checkpoint reaches this row through OpenVINO's own exporter (the adapter's
+``converter``, :mod:`rtmatrix.converters.optimum_intel`): its ``openvino_model.xml`` is a
+*stateful* decoder — the KV cache is the infer request's state, fed nothing but ``input_ids``,
+``attention_mask``, ``position_ids`` and ``beam_idx`` (zeros: one sequence) — so the same loop
+runs it with the state reset between sequences, and the compiled model's
+``KV_CACHE_PRECISION`` (the CPU plugin's default: u8) is then the cache's precision (option
+``kv_cache_precision``).
+
 Settings evidence is read back from the compiled model (``get_property``): threads, performance
 hint, streams, inference precision, KV-cache precision (which a model with explicit past/present
 tensors does not use: recorded, and said), with OpenVINO's own defaults named where this row
@@ -18,6 +26,8 @@ sets another value. Row options (``[[runtimes]] options``):
 - ``inference_precision``: ``f32`` | ``bf16`` | ``f16`` (OpenVINO's default: the CPU's best:
   f32 without AVX512_BF16/AMX; what the compiled model reports is recorded);
 - ``num_streams``: an integer or ``AUTO``;
+- ``kv_cache_precision``: a stateful model's KV cache (``f32``, ``f16``, ``bf16``, ``u8``, ``u4``;
+  the CPU plugin's default is u8; the explicit-cache ONNX fixture has no internal cache);
 - ``properties``: any other compile properties, e.g. ``{ ENABLE_CPU_PINNING = false }``.
 
 Threads are the matrix's ``threads`` (``INFERENCE_NUM_THREADS``; OpenVINO's default, 0, is its
@@ -62,14 +72,17 @@ OPENVINO_DEFAULTS = {
     "row uses the matrix's threads, as every row does",
     "PERFORMANCE_HINT": "OpenVINO's CPU default is LATENCY (benchmark_app's is THROUGHPUT); this "
     "row asks for LATENCY: one sequence at a time",
-    "KV_CACHE_PRECISION": "applies to stateful models with an attention op (OpenVINO GenAI); this "
-    "model passes its cache as explicit past/present tensors, so the setting is not used",
+    "KV_CACHE_PRECISION": "applies to stateful models (the IR OpenVINO's exporter writes); a "
+    "model that passes its cache as explicit past/present tensors does not use it",
 }
 _OPTION_PROPS = {
     "performance_hint": "PERFORMANCE_HINT",
     "inference_precision": "INFERENCE_PRECISION_HINT",
     "num_streams": "NUM_STREAMS",
+    "kv_cache_precision": "KV_CACHE_PRECISION",
 }
+#: the inputs of a stateful decoder the loop feeds itself (its KV cache is the request's state)
+STATEFUL_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
 NP_TYPES = {"i64": np.int64, "i32": np.int32, "f32": np.float32, "f16": np.float16}
 
 
@@ -118,10 +131,13 @@ class OpenVinoAdapter(ExplicitKvAdapter):
     extra: ClassVar[str] = "openvino"
     container: ClassVar[str] = "onnx"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+    #: OpenVINO's exporter (optimum-intel): its stateful IR, the one OpenVINO GenAI reads too
+    converter: ClassVar[str | None] = "optimum_intel"
 
     def __init__(self) -> None:
         self._ov: Any = None
         self._core: Any = None
+        self._stateful = False
         self._compiled: Any = None
         self._req: Any = None
         self._model_path: Path | None = None
@@ -197,6 +213,7 @@ class OpenVinoAdapter(ExplicitKvAdapter):
             p.get_any_name(): p.get_element_type().get_type_name() for p in model.inputs
         }
         outs = {p.get_any_name(): p for p in model.outputs}
+        self._stateful = bool(model.get_sinks())  # Assign ops: the KV cache is the state
         logits = outs.get("logits") or next(iter(outs.values()))
         last = logits.get_partial_shape()[-1]
         if last.is_dynamic:
@@ -206,7 +223,7 @@ class OpenVinoAdapter(ExplicitKvAdapter):
         self._past_of, self._empty_past = {}, {}
         for p in model.inputs:
             name = p.get_any_name()
-            if name in ("input_ids", "attention_mask", "position_ids"):
+            if name in STATEFUL_INPUTS[:3] or (self._stateful and name == "beam_idx"):
                 continue
             shape = p.get_partial_shape()
             suffix = name.split(".", 1)[-1]
@@ -244,6 +261,8 @@ class OpenVinoAdapter(ExplicitKvAdapter):
 
     def _clear_cache(self) -> None:
         self._past = dict(self._empty_past)
+        if self._stateful and self._req is not None:
+            self._req.reset_state()
 
     def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
         n = len(tokens)
@@ -253,6 +272,8 @@ class OpenVinoAdapter(ExplicitKvAdapter):
             feeds["position_ids"] = np.arange(start, total, dtype=np.int64).reshape(1, n)
         if "attention_mask" in self._inputs:
             feeds["attention_mask"] = np.ones((1, total), dtype=np.int64)
+        if self._stateful and "beam_idx" in self._inputs:  # one sequence: keep its cache row
+            feeds["beam_idx"] = np.zeros(1, dtype=np.int32)
         outs = {k.get_any_name(): v for k, v in self._req.infer(feeds).items()}
         for name, value in outs.items():
             past = self._past_of.get(name)
@@ -278,7 +299,7 @@ class OpenVinoAdapter(ExplicitKvAdapter):
         return out
 
     def evidence(self) -> dict[str, Any]:
-        ev: dict[str, Any] = {"device": self._device}
+        ev: dict[str, Any] = {"device": self._device, "stateful": self._stateful}
         if self._compiled is not None:
             ev["settings"] = {
                 "asked": {k: _plain(v) for k, v in self._asked.items()},

@@ -24,5 +24,9 @@ OPTIONS = Options(
         PROPERTIES,
         Option("num_streams", ("int", "str"), None, "inference streams (an integer or AUTO)",
                runtime_name="NUM_STREAMS"),
+        Option("kv_cache_precision", ("str",), None,
+               "a stateful model's KV cache (OpenVINO's exporter's IR)",
+               ("f32", "f16", "bf16", "u8", "u4"), "KV_CACHE_PRECISION",
+               "u8 on the CPU (stateful models only)"),
     ),
 )  # fmt: skip

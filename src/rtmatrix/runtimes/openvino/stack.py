@@ -28,6 +28,10 @@ F32_EXPLAINS = (
     "OpenVINO's INFERENCE_PRECISION_HINT (its CPU plugin's default is bf16 where the CPU has "
     "AVX512_BF16 or AMX; f32 keeps the model's own precision)"
 )
+_KV_EXPLAINS = (
+    "OpenVINO's KV_CACHE_PRECISION (its CPU plugin keeps a stateful model's cache in u8 by "
+    "default; f32 keeps the model's own precision)"
+)
 _RT_SOURCE = "CompiledModel.get_runtime_model(): rt_info runtimePrecision"
 _PROP_SOURCE = "CompiledModel.get_property()"
 
@@ -98,6 +102,20 @@ def matmul_fact(hint: object, asked: bool, layers: dict[str, Any] | None) -> Fac
     return Fact(p, said, _PROP_SOURCE, default=not asked, host_dependent=not asked)
 
 
+def kv_fact(stateful: bool, value: object, asked: bool) -> Fact | None:
+    """The KV cache's precision: a stateful model's (the IR OpenVINO's exporter writes) is the
+    compiled model's ``KV_CACHE_PRECISION``; an explicit past/present model's is its f32 tensors."""
+    if not stateful:
+        return Fact("f32", "explicit past/present tensors (f32 model inputs/outputs); "
+                    f"KV_CACHE_PRECISION = {value} applies to stateful models only",
+                    "the model's past_key_values inputs")  # fmt: skip
+    p = precision(value)
+    if p is None:
+        return None
+    return Fact(p, f"KV_CACHE_PRECISION = {value} (a stateful model: the cache is its state)",
+                _PROP_SOURCE, default=not asked, host_dependent=not asked)  # fmt: skip
+
+
 def numerics(ev: dict[str, Any], dtype: str | None) -> Numerics:
     settings = ev.get("settings") or {}
     cm = settings.get("compiled_model") or {}
@@ -119,18 +137,21 @@ def numerics(ev: dict[str, Any], dtype: str | None) -> Numerics:
             default="DYNAMIC_QUANTIZATION_GROUP_SIZE" not in asked,
             host_dependent="DYNAMIC_QUANTIZATION_GROUP_SIZE" not in asked,
         )
-    kv = Fact("f32", "explicit past/present tensors (f32 model inputs/outputs); "
-              f"KV_CACHE_PRECISION = {cm.get('KV_CACHE_PRECISION')} applies to stateful models "
-              "only", "the model's past_key_values inputs")  # fmt: skip
+    kv = kv_fact(ev.get("stateful") is True, cm.get("KV_CACHE_PRECISION"),
+                 "KV_CACHE_PRECISION" in asked)  # fmt: skip
     control = dict(F32_CONTROL) if dtype in ("f32", "f16") and matmul is not None and \
         matmul.value != "f32" else {}  # fmt: skip
+    explains = F32_EXPLAINS if control else ""
+    if dtype in ("f32", "f16") and kv is not None and kv.value not in ("f32", dtype):
+        control |= {"kv_cache_precision": "f32"}
+        explains = f"{explains} and its KV_CACHE_PRECISION" if explains else _KV_EXPLAINS
     return Numerics(
         devices=devices(cm.get("EXECUTION_DEVICES"), str(ev.get("device", "CPU"))),
         matmul=matmul,
         kv_cache=kv,
         activation_quantization=dyn,
         control=control,
-        control_explains=F32_EXPLAINS if control else "",
+        control_explains=explains,
     )
 
 

@@ -2,6 +2,11 @@
 own generation loop on the fixture, converted to the stateful IR it loads
 (:mod:`rtmatrix.runtimes.openvino_genai.convert`, cached; the conversion is in the first load).
 
+A Hugging Face checkpoint reaches it through OpenVINO's own exporter (the adapter's
+``converter``, :mod:`rtmatrix.converters.optimum_intel`), whose folder the engine loads as it is:
+``load`` is then given its ``openvino_model.xml`` (the special ids from the checkpoint's
+``generation_config.json``/``config.json`` copied beside it, the vocabulary from its config).
+
 The engine takes token ids and returns token ids: it decodes greedily itself
 (``do_sample = False``, ``ignore_eos`` so every run makes the same count), and the harness
 times it through its streamer (each id as it is produced: TTFT to the first, then the gaps) —
@@ -33,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from rtmatrix.adapters.base import Adapter, LoadParams, RuntimeUnavailable
+from rtmatrix.adapters.capabilities import PromptCache
 from rtmatrix.fixtures.genai_config import special_ids_beside
 from rtmatrix.numerics import StackReport
 from rtmatrix.runtimes.openvino.errors import ERROR_PATTERNS
@@ -58,6 +64,8 @@ class OvGenaiAdapter(Adapter):
     extra: ClassVar[str] = "openvino-genai"
     container: ClassVar[str] = "onnx"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+    #: OpenVINO's exporter (optimum-intel), whose folder the engine loads as it is
+    converter: ClassVar[str | None] = "optimum_intel"
 
     def __init__(self) -> None:
         self._og: Any = None
@@ -100,21 +108,43 @@ class OvGenaiAdapter(Adapter):
         return props | {str(k): v for k, v in dict(opts.get("properties", {})).items()}
 
     def load(self, model_path: Path, params: LoadParams) -> None:
+        self._device = str(params.options.get("device", "CPU"))
+        if model_path.suffix == ".xml":  # OpenVINO's exporter's folder: the engine's own input
+            folder = self._exported_folder(model_path)
+        else:
+            folder = self._engine_folder(model_path)
+        self._props = self._properties(params)
+        self._folder = folder
+        self._cb_options = {k: params.options[k] for k in CB_OPTIONS if k in params.options}
+        self._kv_asked = "kv_cache_precision" in params.options
+        self._pipe = self._og.LLMPipeline(str(folder), self._device, **self._props)
+
+    def _engine_folder(self, model_path: Path) -> Path:
+        """rtmatrix's ONNX fixture, converted once to the stateful IR the engine loads."""
         from rtmatrix.runtimes.openvino_genai.convert import engine_folder
 
         onnx = model_path / "model.onnx" if model_path.is_dir() else model_path
-        self._device = str(params.options.get("device", "CPU"))
         self._special = special_ids_beside(onnx)
         t0 = time.perf_counter()
         folder, manifest, built = engine_folder(onnx, self._special)
         self._convert = dict(manifest) | {"converted_now": built,
                                           "wall_s": round(time.perf_counter() - t0, 3)}  # fmt: skip
         self._n_vocab = int(manifest["vocab"])
-        self._props = self._properties(params)
-        self._folder = folder
-        self._cb_options = {k: params.options[k] for k in CB_OPTIONS if k in params.options}
-        self._kv_asked = "kv_cache_precision" in params.options
-        self._pipe = self._og.LLMPipeline(str(folder), self._device, **self._props)
+        return folder
+
+    def _exported_folder(self, xml: Path) -> Path:
+        """The exporter's folder as it is (its conversion is the fixture's record); the
+        vocabulary from the IR's logits output."""
+        self._special = special_ids_beside(xml)
+        logits = self._ov.Core().read_model(str(xml)).output("logits").get_partial_shape()[-1]
+        if logits.is_dynamic:
+            msg = f"{xml}: the logits output has no static vocabulary dimension"
+            raise ValueError(msg)
+        self._n_vocab = int(logits.get_length())
+        self._convert = {"source": str(xml.parent), "by": "OpenVINO's exporter (optimum-cli "
+                         "export openvino): see the fixture's conversion record", "vocab":
+                         self._n_vocab, "converted_now": False}  # fmt: skip
+        return xml.parent
 
     @property
     def vocab_size(self) -> int:
@@ -306,6 +336,22 @@ class OvGenaiAdapter(Adapter):
         keys = ("cache_size_in_bytes", "kv_cache_size_in_bytes", "cache_usage",
                 "avg_cache_usage", "max_cache_usage", "requests", "scheduled_requests")  # fmt: skip
         return {"built": True, **self._cb_settings, **{k: getattr(m, k, None) for k in keys}}
+
+    # -- PromptCaching --------------------------------------------------------------------------
+    def prompt_cache(self) -> PromptCache:
+        """Paged attention (``ATTENTION_BACKEND=PA``, GenAI's CPU default) runs LLMPipeline
+        through its continuous-batching adapter, whose latency-oriented scheduler config turns
+        prefix caching on: a repeated prompt reuses its KV blocks. This row's SDPA default is
+        the stateful pipeline, which starts each generate() outside a chat from an empty KV
+        state."""
+        backend = str(self._props.get("ATTENTION_BACKEND", "PA"))
+        if backend.upper() == "PA":
+            return PromptCache(True, "ATTENTION_BACKEND=PA: LLMPipeline's continuous-batching "
+                               "adapter with get_latency_oriented_scheduler_config(), "
+                               "enable_prefix_caching = true (openvino.genai "
+                               "src/cpp/src/utils.cpp)")  # fmt: skip
+        return PromptCache(False, f"ATTENTION_BACKEND={backend}: the stateful pipeline; each "
+                           "generate() outside a chat starts from an empty KV state")  # fmt: skip
 
     # -- Streaming ---------------------------------------------------------------------------
     def stream_backend(self) -> OvGenaiBackend:

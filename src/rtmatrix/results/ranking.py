@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rtmatrix.metrics import registry
-from rtmatrix.report.views import Column, Rank, Spread, as_dict, headline_cells, row_key
+from rtmatrix.results.columns import Column, Rank, Spread, as_dict, headline_cells, row_key
 from rtmatrix.results.diff import DEFAULT_ALPHA, Direction, direction_of
 from rtmatrix.results.stats import Method, SampleTest, compare_samples
 
