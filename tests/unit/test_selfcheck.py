@@ -101,6 +101,13 @@ def test_a_one_token_prefill_counted_as_a_decode_step_and_an_engines_eos_pass() 
     one = selfcheck.token_counts([rep([5, 6, 7], prompt=1, pp_tokens=0, tg_tokens=3)],
                                  Expected(1, 3), "harness", [2])  # fmt: skip
     assert one.status is PASSED
+    # ... or n_p_eval 1 beside it (seen in the default run), still every id as eval
+    also = selfcheck.token_counts([rep([5, 6, 7], prompt=1, pp_tokens=1, tg_tokens=3)],
+                                  Expected(1, 3), "harness", [2])  # fmt: skip
+    assert also.status is PASSED
+    extra = selfcheck.token_counts([rep([5, 6, 7], prompt=1, pp_tokens=1, tg_tokens=4)],
+                                   Expected(1, 3), "harness", [2])  # fmt: skip
+    assert extra.status is FAILED and "4 decode tokens for 2 decode steps" in extra.summary
     engine = selfcheck.token_counts([rep([5, 2, 7])], Expected(6, 3), "engine", [2])
     assert engine.status is PASSED and "went on" in engine.figures["end_of_sequence"]
 

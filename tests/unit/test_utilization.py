@@ -18,6 +18,7 @@ from rtmatrix.metrics.utilization import Shape
 #: (k, v) + 3·512·1536 (ffn) + 2·512 (norms) = 3 146 752; × 8 layers + the 1000×512 output head
 #: + the final norm (the 1000×512 input embedding is a lookup)
 SMALL_MATMUL_PARAMS = 8 * 3_146_752 + 1000 * 512 + 512
+SMALL_HEAD = 1000 * 512  # the output head: vocabulary × width
 
 
 def _limits(bandwidth: float | None = 25e9) -> HostLimits:
@@ -57,7 +58,7 @@ def _host(limits: HostLimits | str) -> utilization.Limits:
 def test_the_small_spec_shape_is_read_from_its_spec() -> None:
     shape = utilization.shape_of("small")
     assert shape == Shape(n_layer=8, n_head=8, n_head_kv=4, head_dim=64,
-                          matmul_params=SMALL_MATMUL_PARAMS)  # fmt: skip
+                          matmul_params=SMALL_MATMUL_PARAMS, head_params=SMALL_HEAD)  # fmt: skip
 
 
 def test_kv_bytes_at_f16_are_half_those_at_f32() -> None:
@@ -85,8 +86,10 @@ def test_tg_bandwidth_util_from_given_inputs() -> None:
 def test_pp_compute_util_from_given_inputs() -> None:
     m = utilization.compute_util(_cell(), _host(_limits()))
     attention = 2 * 8 * 8 * 64 * 129  # QKᵀ and A·V over the causal mean of (P + 1) / 2 keys
-    assert m.detail["flops_per_token"] == 2 * SMALL_MATMUL_PARAMS + attention == 52_429_824
-    assert m.value == pytest.approx(1000 * 52_429_824 / 1e11)  # 0.5243
+    head = 2 * SMALL_HEAD / 128  # the output head once per 128-token prompt: its last logits
+    want = 2 * (SMALL_MATMUL_PARAMS - SMALL_HEAD) + head + attention
+    assert m.detail["flops_per_token"] == want == 51_413_824
+    assert m.value == pytest.approx(1000 * 51_413_824 / 1e11)  # 0.5141
     assert m.detail["peak_dtype"] == "f32" and m.source == "derived"
 
 

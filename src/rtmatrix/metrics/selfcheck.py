@@ -249,11 +249,13 @@ def timed_ids(
 
 def _counter_problem(rep: Repetition, prompt: int) -> str | None:
     """The runtime's own prefill / decode counters against the prompt and the decode steps (a
-    runtime that counts a 1-token prefill as a decode step is taken as it counts)."""
+    runtime that counts a 1-token prefill as a decode step is taken as it counts: llama.cpp's
+    perf counters read 0 or 1 prefill tokens and steps + 1 decode tokens for it, run to run)."""
     c = rep.counters or {}
     pp, tg = c.get("pp_tokens"), c.get("tg_tokens")
     steps = len(rep.tokens) - 1
-    if pp is not None and tg is not None and prompt == 1 and (pp, tg) == (0, steps + 1):
+    if pp is not None and tg is not None and prompt == 1 and int(pp) in (0, 1) \
+            and int(tg) == steps + 1:  # fmt: skip
         return None
     if pp is not None and int(pp) != prompt:
         return f"the runtime counted {pp:g} prefill tokens for a {prompt}-token prompt"

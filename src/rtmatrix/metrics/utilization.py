@@ -10,10 +10,13 @@ bounded by the matmul throughput instead (FLOPs per token ÷ the host's peak, MF
   ``2 (K, V) × n_layer × n_head_kv × head_dim × bytes per element × (P + (G + 1) / 2)`` for a
   prompt of P tokens and G generated ones, at the KV-cache precision the cell's numerics report
   (else the precision of the graph's KV-cache inputs).
-- **FLOPs per prompt token** = ``2 × matmul params + 2 × n_layer × n_head × head_dim × (P + 1)``:
-  two FLOPs per weight (every layer's projections and the output head, counted for each prompt
-  token; the input embedding is a lookup), and QKᵀ plus A·V over the causal mean of (P + 1) / 2
-  keys per query. Norms, rotary, softmax and activations are left out (≪ 1 %).
+- **FLOPs per prompt token** (the useful work, as MFU counts it) = ``2 × layer matmul params +
+  2 × head params / P + 2 × n_layer × n_head × head_dim × (P + 1)``: two FLOPs per weight of
+  every layer's projections, the output head once per prompt (a prefill needs the last
+  position's logits only; a runtime that computes every position's logits does more work than
+  counted, so its utilization reads high), the input embedding a lookup, and QKᵀ plus A·V over
+  the causal mean of (P + 1) / 2 keys per query. Norms, rotary, softmax and activations are left
+  out (≪ 1 %).
 - ``tg_bandwidth_util`` = TG tok/s × bytes per token ÷ the measured read bandwidth;
   ``pp_compute_util`` = PP tok/s × FLOPs per token ÷ the measured matmul peak of the dtype the
   cell's matmuls ran in (int8 where the activations were quantized or the weights are integer,
@@ -44,7 +47,8 @@ ELEMENT_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "u8": 1.0, "i8": 1.0, "u4"
 _INTEGER_DTYPES = {"q8_0", "q4_0", "int8", "int8w", "int4w"}
 BYTES_FORMULA = ("weights read per step + 2 × n_layer × n_head_kv × head_dim × KV element bytes "
                  "× (P + (G + 1) / 2)")  # fmt: skip
-FLOPS_FORMULA = "2 × matmul params + 2 × n_layer × n_head × head_dim × (P + 1)"
+FLOPS_FORMULA = ("2 × layer matmul params + 2 × head params / P + 2 × n_layer × n_head × "
+                 "head_dim × (P + 1)")
 
 Limits = Callable[[int], HostLimits | str]
 
@@ -58,6 +62,8 @@ class Shape:
     n_head_kv: int
     head_dim: int
     matmul_params: int
+    #: the output head's parameters (vocabulary × width), within ``matmul_params``
+    head_params: int = 0
 
     def kv_bytes_per_position(self, element_bytes: float) -> float:
         return 2.0 * self.n_layer * self.n_head_kv * self.head_dim * element_bytes
@@ -75,7 +81,8 @@ def mean_depth(prompt: int, gen: int) -> float:
 
 def flops_per_prompt_token(shape: Shape, prompt: int) -> float:
     attention = 2.0 * shape.n_layer * shape.n_head * shape.head_dim * (prompt + 1)
-    return 2.0 * shape.matmul_params + attention
+    layers = shape.matmul_params - shape.head_params
+    return 2.0 * layers + 2.0 * shape.head_params / max(prompt, 1) + attention
 
 
 def utilization(tps: float, per_token: float, limit: float) -> float:
@@ -106,7 +113,8 @@ def shape_of(model: str | None) -> Shape | str:
         return f"the model spec of {model!r}: {exc}"
     head_dim = (_config_head_dim(spec.source) if spec.converted else None) or spec.head_dim
     embedding = 0 if spec.tied_embeddings else spec.vocab_size * spec.n_embd  # a lookup
-    return Shape(spec.n_layer, spec.n_head, spec.n_head_kv, head_dim, spec.n_params - embedding)
+    return Shape(spec.n_layer, spec.n_head, spec.n_head_kv, head_dim, spec.n_params - embedding,
+                 spec.vocab_size * spec.n_embd)
 
 
 def _stack(rec: Mapping[str, Any]) -> dict[str, Any]:
