@@ -137,3 +137,19 @@ def test_cell_metrics_carry_the_registry_units() -> None:
     assert len(out) == 15
     for name, metric in out.items():
         assert metric.unit == registry.unit_of(name), name
+
+
+def test_a_scenario_family_is_declared_and_read_not_parsed_by_its_readers() -> None:
+    from rtmatrix.names import Scenario
+    from rtmatrix.scenarios import family
+
+    serve, cancel, stream = (family(s) for s in (Scenario.SERVE, Scenario.CANCEL, Scenario.STREAM))
+    names = ["serve_c1_ttft_p50_s", "serve_c4_ttft_p50_s", "serve_c4_tpot_p50_s", "serve_startup_s"]
+    assert serve.values(names) == ["1", "4"] and serve.values(names, member="tpot_p50_s") == ["4"]
+    assert serve.name(4, "ttft_p50_s") == "serve_c4_ttft_p50_s" and serve.owns("serve_startup_s")
+    assert serve.split("serve_startup_s") is None  # no level: not a per-level metric
+    # a mode's members are declared: cancel_prefill_* and cancel_rss_before_bytes are not modes
+    got = cancel.values(["cancel_close_stop_latency_s", "cancel_rss_before_bytes",
+                         "cancel_prefill_attempts", "cancel_drop_tokens_after"])  # fmt: skip
+    assert got == ["close", "drop"]
+    assert stream.split("stream_ttft_s") is None and stream.owns("stream_ttft_s")

@@ -6,14 +6,18 @@ and how a plot draws it. ``results/diff.py`` (``KNOWN_METRICS``, ``default_check
 ``results/paired.py``, the CLI's ``--metric`` check, ``report/plots.py`` and ``metrics/cell.py``
 read it; adding a metric is one entry here (plus the code that measures it).
 
-Scenario-specific families (``stream_*``, ``cancel_*``, ``serve_c<N>_*``) have no entry: their
-direction comes from the name's suffix (:data:`SUFFIX_DIRECTION`), their threshold is
-:data:`FALLBACK_THRESHOLD`.
+Scenario-specific families (``stream_*``, ``cancel_<mode>_*``, ``serve_c<N>_*``) are declared
+as a :class:`MetricFamily` by their scenario's spec (``rtmatrix.scenarios.SPECS``): the prefix,
+the parameter a name carries (a cancel mode, a concurrency level) and its members, so a reader
+asks the family (:meth:`MetricFamily.values`) instead of parsing names. Their direction comes
+from the name's suffix (:data:`SUFFIX_DIRECTION`), their threshold is :data:`FALLBACK_THRESHOLD`.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -127,6 +131,51 @@ _SPECS = (
     MetricSpec(M.PP_COMPUTE_UTIL, "ratio", "PP ÷ host matmul peak", _H),
 )
 METRICS: dict[str, MetricSpec] = {str(s.name): s for s in _SPECS}
+
+
+@dataclass(frozen=True)
+class MetricFamily:
+    """A scenario's metric names: ``prefix`` + (where the family has a parameter) ``tag`` + the
+    parameter's value + ``_`` + a member: ``serve_`` ``c`` 4 ``_ttft_p50_s``, ``cancel_`` (no tag)
+    ``close`` ``_stop_latency_s``, ``stream_`` ``ttft_s`` (no parameter)."""
+
+    prefix: str
+    #: what the parameter is (``level``, ``mode``); "" for a family without one
+    param: str = ""
+    #: the text before the parameter's value (``c`` of ``serve_c4_``)
+    tag: str = ""
+    #: the value's pattern (digits for a level, a lower-case word for a mode)
+    value_pattern: str = r"[a-z0-9]+"
+    #: the members a parameterised name may end with (None: any)
+    members: tuple[str, ...] | None = None
+
+    def _regex(self) -> re.Pattern[str]:
+        member = "|".join(map(re.escape, self.members)) if self.members else ".+"
+        return re.compile(rf"{re.escape(self.prefix + self.tag)}({self.value_pattern})_({member})")
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` is one of this family's metrics."""
+        return str(name).startswith(self.prefix)
+
+    def split(self, name: str) -> tuple[str, str] | None:
+        """(parameter value, member) of a parameterised name; None for any other name."""
+        if not self.param:
+            return None
+        found = self._regex().fullmatch(str(name))
+        return (found.group(1), found.group(2)) if found else None
+
+    def values(self, names: Iterable[str], member: str | None = None) -> list[str]:
+        """The parameter values ``names`` carry (of ``member`` only, when given), in order."""
+        out = []
+        for name in names:
+            got = self.split(name)
+            if got is not None and (member is None or got[1] == member):
+                out.append(got[0])
+        return list(dict.fromkeys(out))
+
+    def name(self, value: str | int, member: str) -> str:
+        """The metric name of ``member`` at parameter ``value``."""
+        return f"{self.prefix}{self.tag}{value}_{member}"
 
 
 def spec(name: str) -> MetricSpec:

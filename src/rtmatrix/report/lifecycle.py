@@ -9,7 +9,6 @@ one note instead of empty tables. Nothing here raises on a missing or odd-typed 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +35,9 @@ from rtmatrix.results.columns import (
     varying_params,
 )
 from rtmatrix.results.records import CellRecord
-from rtmatrix.scenarios import SPECS
+from rtmatrix.scenarios import SPECS, family
 
 MAX_TRACES = 60  # request traces listed per cell; the rest stay in the run record
-_MODE_KEYS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth_bytes")
-_MODE = re.compile(rf"^cancel_([a-z0-9]+)_(?:{'|'.join(_MODE_KEYS)}|to_last_token_s)$")
-_LEVEL = re.compile(r"^serve_c(\d+)_")
 #: what each lifecycle scenario measures, from the scenario registry
 SCENARIO_HELP = {sc: spec.help for sc, spec in SPECS.items()}
 
@@ -161,7 +157,7 @@ def stream_card(cell: CellRecord, card: Card, notes: Notes) -> None:
 
 
 def cancel_modes(cell: CellRecord) -> list[str]:
-    return list(dict.fromkeys(m.group(1) for k in _metrics(cell) if (m := _MODE.match(str(k)))))
+    return family(Scenario.CANCEL).values(map(str, _metrics(cell)))
 
 
 def _leak(cell: CellRecord, mode: str, checks: dict[str, Check], notes: Notes) -> Value:
@@ -359,8 +355,7 @@ def fmt_s(value: float | None) -> str:
 
 
 def serve_levels(cell: CellRecord) -> list[int]:
-    found = {int(m.group(1)) for k in _metrics(cell) if (m := _LEVEL.match(str(k)))}
-    return sorted(found)
+    return sorted(int(v) for v in family(Scenario.SERVE).values(map(str, _metrics(cell))))
 
 
 def _errors_value(cell: CellRecord, pre: str, notes: Notes) -> Value:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rtmatrix.metrics import registry
-from rtmatrix.names import M
+from rtmatrix.names import M, Scenario
 from rtmatrix.report.views import distinct_labels, fmt_bytes
 from rtmatrix.results.columns import (
     Column,
@@ -29,6 +29,7 @@ from rtmatrix.results.columns import (
     scenario_of,
 )
 from rtmatrix.results.records import CellRecord
+from rtmatrix.scenarios import family
 from rtmatrix.selection import Candidate, Constraints, ModelSelection
 
 if TYPE_CHECKING:
@@ -568,14 +569,16 @@ def cancel_leak(cols: Sequence[Column]) -> Plot:
     lines, tolerances = [], set()
     for label, cell in _scenario_cells(cols, "cancel"):
         for key, m in as_dict(cell.get("metrics")).items():
-            found = re.fullmatch(r"cancel_([a-z0-9]+)_rss_growth_bytes", str(key))
+            found = family(Scenario.CANCEL).split(str(key))
+            if found is not None and found[1] != "rss_growth_bytes":
+                found = None
             series = [
                 float(x)
                 for x in as_list(as_dict(m).get("rss_after_each"))
                 if isinstance(x, int | float) and not isinstance(x, bool)
             ]
             if found and len(series) >= 2:
-                lines.append((f"{label} {found.group(1)}", [x - series[0] for x in series]))
+                lines.append((f"{label} {found[0]}", [x - series[0] for x in series]))
                 tol = as_dict(m).get("tolerance_bytes")
                 if isinstance(tol, int | float) and not isinstance(tol, bool):
                     tolerances.add(float(tol))

@@ -16,6 +16,7 @@ from typing import Any
 
 import jinja2
 
+from rtmatrix.metrics import registry
 from rtmatrix.report import (
     architectures,
     cellmarks,
@@ -59,6 +60,8 @@ def _env(notes: views.Notes) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    # the metrics a control run is shown by: the ones the report ranks (the metric registry's)
+    env.globals["control_metrics"] = [str(m) for m in registry.ranked()]
     env.filters["metric"] = lambda m, name="": views.metric_value(m, notes, name)
     env.filters["parity"] = lambda p: views.parity_value(p, notes)
     env.filters["fmt"] = fmt_value

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from rtmatrix.metrics import registry
-from rtmatrix.names import M
+from rtmatrix.names import M, Scenario
 from rtmatrix.options import options_text
 from rtmatrix.outcome import Source, Verdict
 from rtmatrix.report.architectures import cell_state
@@ -37,7 +36,7 @@ from rtmatrix.results.columns import (
 )
 from rtmatrix.results.records import CellRecord, MetricRecord, ParityRecord, RunRecord, value_of
 from rtmatrix.runtimes.llama_cpp.records import legacy_reference_tool
-from rtmatrix.scenarios import SPECS
+from rtmatrix.scenarios import SPECS, family
 
 # Where a shown value came from: the metric sources, plus what the report derives itself.
 SOURCES: dict[str, tuple[str, str]] = {
@@ -1071,20 +1070,16 @@ def stream_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part
 
 def cancel_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]:
     """The cancel scenario's headline: each mode's stop latency."""
-    out = []
-    for key in metrics:
-        found_mode = re.fullmatch(r"cancel_([a-z0-9]+)_stop_latency_s", str(key))
-        if found_mode:
-            out.append(Part(found_mode.group(1), metric_value(metrics[key], notes)))
-    return out
+    cancel = family(Scenario.CANCEL)
+    return [Part(mode, metric_value(metrics[cancel.name(mode, "stop_latency_s")], notes))
+            for mode in cancel.values(metrics, member="stop_latency_s")]  # fmt: skip
 
 
 def serve_headline(metrics: dict[str, MetricRecord], notes: Notes) -> list[Part]:
     """The serve scenario's headline: TTFT p50 at its highest concurrency."""
-    levels = sorted(
-        int(m.group(1)) for k in metrics if (m := re.fullmatch(r"serve_c(\d+)_ttft_p50_s", str(k)))
-    )
+    serve = family(Scenario.SERVE)
+    levels = sorted(int(v) for v in serve.values(metrics, member="ttft_p50_s"))
     if not levels:
         return []
-    key = f"serve_c{levels[-1]}_ttft_p50_s"
+    key = serve.name(levels[-1], "ttft_p50_s")
     return [Part(f"TTFT p50 ×{levels[-1]}", metric_value(metrics[key], notes))]

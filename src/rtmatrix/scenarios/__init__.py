@@ -20,6 +20,7 @@ from typing import Any
 
 from rtmatrix.adapters.base import Adapter, RuntimeUnavailable
 from rtmatrix.adapters.capabilities import BatchEngine, Sampling, Serving, Streaming
+from rtmatrix.metrics.registry import MetricFamily
 from rtmatrix.names import GENERATE_ONLY, THROUGHPUT, M, Scenario
 from rtmatrix.outcome import Metric, Source
 from rtmatrix.protocol import Job
@@ -27,12 +28,17 @@ from rtmatrix.scenarios.spec import Alternative, Mark, ScenarioResult, ScenarioS
 
 __all__ = [
     "SPECS",
+    "family",
     "metric_prefixes",
     "require_capability",
     "run_scenario",
     "scenario_metrics",
     "spec_of",
 ]
+
+#: what a cancel mode's metrics are named after ``cancel_<mode>_`` (the report's per-mode rows)
+CANCEL_MODE_MEMBERS = ("stop_latency_s", "release_latency_s", "tokens_after", "rss_growth_bytes",
+                       "to_last_token_s")  # fmt: skip
 
 #: every lifecycle scenario (``Scenario.lifecycle()``), by name
 SPECS: dict[Scenario, ScenarioSpec] = {
@@ -41,7 +47,7 @@ SPECS: dict[Scenario, ScenarioSpec] = {
         ScenarioSpec(
             name=Scenario.STREAM,
             capability=Streaming,
-            metric_prefix="stream_",
+            family=MetricFamily("stream_"),
             see="stream_ttft_s, stream_token_gap_*",
             help="tokens streamed through the runtime's own streaming API",
             report="rtmatrix.report.lifecycle:stream_card",
@@ -50,7 +56,7 @@ SPECS: dict[Scenario, ScenarioSpec] = {
         ScenarioSpec(
             name=Scenario.CANCEL,
             capability=Streaming,
-            metric_prefix="cancel_",
+            family=MetricFamily("cancel_", "mode", members=CANCEL_MODE_MEMBERS),
             see="cancel_*",
             help="a long generation cancelled after k tokens, cycle after cycle, per cancel mode",
             report="rtmatrix.report.lifecycle:cancel_card",
@@ -59,7 +65,7 @@ SPECS: dict[Scenario, ScenarioSpec] = {
         ScenarioSpec(
             name=Scenario.SERVE,
             capability=Serving,
-            metric_prefix="serve_",
+            family=MetricFamily("serve_", "level", tag="c", value_pattern=r"\d+"),
             see="serve_c<N>_ttft_*, serve_c<N>_tpot_*",
             # served in process by the engine's own scheduler
             alternative=Alternative(BatchEngine, "rtmatrix.scenarios.batch:run"),
@@ -75,7 +81,7 @@ SPECS: dict[Scenario, ScenarioSpec] = {
         ScenarioSpec(
             name=Scenario.SAMPLE,
             capability=Sampling,
-            metric_prefix="sample_",
+            family=MetricFamily("sample_"),
             see="sample_*",
             help="the runtime's own sampler: seeds reproduced (twice, another process, other "
             "threads), the stage order and first-token distribution against the numpy reference",
@@ -92,6 +98,11 @@ def spec_of(name: str) -> ScenarioSpec | None:
     """The spec of lifecycle scenario ``name``; None for the plain generation or a name no
     scenario has."""
     return SPECS.get(Scenario(name)) if name in tuple(Scenario) else None
+
+
+def family(scenario: Scenario) -> MetricFamily:
+    """The metric family scenario ``scenario`` declares."""
+    return SPECS[scenario].family
 
 
 def metric_prefixes() -> dict[Scenario, str]:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+from rtmatrix.metrics.registry import MetricFamily
 from rtmatrix.names import M, Scenario
 
 if TYPE_CHECKING:
@@ -153,8 +154,9 @@ class ScenarioSpec:
     name: Scenario
     #: what the runtime must offer (a capability Protocol of rtmatrix.adapters.capabilities)
     capability: type[Any]
-    #: the prefix of the metrics the scenario names (``stream_``, ``serve_c<N>_...``)
-    metric_prefix: str
+    #: the metrics the scenario names (``stream_*``, ``serve_c<N>_*``): prefix, parameter,
+    #: members (:class:`rtmatrix.metrics.registry.MetricFamily`)
+    family: MetricFamily
     #: where the plain generation's figures went (the reason they are unavailable)
     see: str
     #: another capability that serves the scenario (tried when ``capability`` is missing)
@@ -169,6 +171,10 @@ class ScenarioSpec:
     headline: str = ""
     #: the parent's check against the reference after the cell (``module:function(finished)``)
     reference: str = ""
+
+    @property
+    def metric_prefix(self) -> str:
+        return self.family.prefix
 
     @property
     def module(self) -> str:
