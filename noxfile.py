@@ -14,7 +14,8 @@
                               the old and the new version of a runtime, each in its own venv,
                               compared in paired rounds (``rtmatrix compare``)
     nox -s upgrade_diff -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]
-                              the older flow: one run per version, then diff, report and gate
+                              the older flow: one run per version, then diff, report and gate;
+                              the flow for a converter's distribution (see below)
 
 Pass a matrix file after ``--``: ``nox -s matrix -- matrix/ci.toml``.
 
@@ -28,6 +29,18 @@ outcome; a contended round is skipped and counted). ``reports/upgrade/`` gets
 each side's run file lands in ``results/``. Flags after the matrix go to ``rtmatrix compare``
 (``--rounds``, ``--budget-s``, ``--margin``, ``--markdown "$GITHUB_STEP_SUMMARY"`` …). The
 session fails with compare's exit code: 1 regression, 2 new failure, 3 inconclusive.
+
+Converters (``rtmatrix runtimes --json``, ``converters``: llama-cpp-python, onnxruntime-genai,
+llmexport, optimum-intel) run in the parent rtmatrix process, not in compare's workers, so two
+versions of one are compared by ``upgrade_diff``: each version's venv runs ``python -m rtmatrix
+run MATRIX --converter NAME`` (the rows that converter feeds; ``--distribution DIST`` too where
+DIST is also a runtime's), converting anew (conversions are cached by converter version), then
+diff, report and gate. Its matrix defaults to ``matrix/architectures.toml``; the venvs get PyTorch's
+CPU build, the converter's extra, the extras of its rows and ``reference``. optimum-intel lives in
+a venv rtmatrix builds itself: the version's venv sets ``$RTMATRIX_OPTIMUM_INTEL_VERSION`` instead
+of installing it. ``upgrade`` given a distribution that only a converter has (llmexport,
+optimum-intel) says so and runs this flow; given one that is a runtime's too (llama-cpp-python,
+onnxruntime-genai) it compares the runtime in paired rounds, as before.
 """
 
 from __future__ import annotations
@@ -45,6 +58,9 @@ PYTHON = "3.11"
 # llama-cpp-python builds from source; libmtmd is not needed and skipping it saves ~1.5 min
 BUILD_ENV = {"CMAKE_ARGS": os.environ.get("CMAKE_ARGS", "-DLLAVA_BUILD=OFF")}
 DEFAULT_MATRIX = "matrix/default.toml"
+#: a converter's upgrade: the architecture family, each checkpoint through each row's converter
+CONVERTER_MATRIX = "matrix/architectures.toml"
+CPU_TORCH = "https://download.pytorch.org/whl/cpu"
 # Which rows a distribution runs and which rtmatrix extra installs it are read from the adapter
 # registry (``rtmatrix runtimes --json``: each adapter declares its distribution and extra), in
 # the session's own venv — nothing here restates them.
@@ -62,23 +78,39 @@ def _matrix_args(session: nox.Session, default: str) -> list[str]:
     return session.posargs or [default]
 
 
-def _registry(session: nox.Session) -> list[dict[str, Any]]:
-    """The adapter registry as the adapters declare it (rtmatrix itself, no runtime, needed)."""
+def _registry(session: nox.Session) -> dict[str, list[dict[str, Any]]]:
+    """The adapter and converter registries as the adapters and the converters' homes declare
+    them (``runtimes``, ``converters``; rtmatrix itself, no runtime, needed)."""
     session.install("-e", ".")
     out = session.run("rtmatrix", "runtimes", "--json", silent=True)
     text = out if isinstance(out, str) else ""
-    rows: list[dict[str, Any]] = json.loads(text[text.index("[") :]) if "[" in text else []
-    return rows
+    found: dict[str, list[dict[str, Any]]] = (
+        json.loads(text[text.index("{") :]) if "{" in text else {}
+    )
+    return {"runtimes": found.get("runtimes", []), "converters": found.get("converters", [])}
 
 
 def _extra(session: nox.Session, distribution: str) -> str:
     """The rtmatrix extra that installs ``distribution``, from the adapter registry."""
-    rows = _registry(session)
+    reg = _registry(session)
+    rows = reg["runtimes"]
     extras = sorted({r["extra"] for r in rows if r["distribution"] == distribution})
     if not extras:
         known = sorted({r["distribution"] for r in rows})
-        session.error(f"unknown distribution {distribution!r}; valid: {', '.join(known)}")
+        convs = sorted({c["distribution"] for c in reg["converters"]})
+        session.error(f"unknown distribution {distribution!r}; valid: {', '.join(known)} "
+                      f"(converters, through upgrade_diff: {', '.join(convs)})")  # fmt: skip
     return str(extras[0])
+
+
+def _converter(session: nox.Session, distribution: str) -> dict[str, Any] | None:
+    """The converter ``distribution`` carries (its registry entry), if any."""
+    found = [c for c in _registry(session)["converters"] if c["distribution"] == distribution]
+    return found[0] if found else None
+
+
+def _is_runtime(session: nox.Session, distribution: str) -> bool:
+    return any(r["distribution"] == distribution for r in _registry(session)["runtimes"])
 
 
 def _run_rows(session: nox.Session, distribution: str) -> None:
@@ -153,13 +185,13 @@ def bench(session: nox.Session) -> None:
 # --------------------------------------------------------------------------- upgrade
 
 
-def _upgrade_args(session: nox.Session, usage: str) -> tuple[str, str, str, str, list[str]]:
-    """DIST OLD NEW [MATRIX] [flags...] from the positional arguments."""
+def _upgrade_args(session: nox.Session, usage: str) -> tuple[str, str, str, str | None, list[str]]:
+    """DIST OLD NEW [MATRIX] [flags...] from the positional arguments (MATRIX None if not given)."""
     args = list(session.posargs)
     if len(args) < 3 or any(a.startswith("-") for a in args[:3]):
         session.error(usage)
     dist, old, new, rest = args[0], args[1], args[2], args[3:]
-    matrix_file = rest.pop(0) if rest and not rest[0].startswith("-") else DEFAULT_MATRIX
+    matrix_file = rest.pop(0) if rest and not rest[0].startswith("-") else None
     return dist, old, new, matrix_file, rest
 
 
@@ -167,15 +199,29 @@ def _venv_python(venv: Path) -> str:
     return str(venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
 
 
-def _version_venv(session: nox.Session, dist: str, version: str) -> str:
-    """``.nox/upgrade-<dist>-<version>``: rtmatrix (editable) and ``dist==version``; its python."""
-    extra = _extra(session, dist)
+def _version_venv(
+    session: nox.Session, dist: str, version: str, conv: dict[str, Any] | None = None
+) -> str:
+    """``.nox/upgrade-<dist>-<version>``: rtmatrix (editable) and ``dist==version``; its python.
+    For a converter (``conv``): PyPI's CPU torch first, then rtmatrix with the converter's extra,
+    its rows' extras and ``reference``; a converter with a ``version_env`` (optimum-intel, in a
+    venv rtmatrix builds) is not installed here: the run sets that variable instead."""
+    if conv is None:
+        extras = [_extra(session, dist)]
+    else:
+        rows = [r for r in _registry(session)["runtimes"] if r["name"] in conv["rows"]]
+        extras = sorted({e for e in [conv["extra"], *(r["extra"] for r in rows)] if e})
+        extras.append("reference")
     venv = Path(session.virtualenv.location).parent / f"upgrade-{dist}-{version}"
     if not Path(_venv_python(venv)).exists():
         session.run("python", "-m", "venv", str(venv))
     py = _venv_python(venv)
+    if conv is not None:
+        index = os.environ.get("RTMATRIX_TORCH_INDEX_URL", CPU_TORCH)
+        session.run(py, "-m", "pip", "install", "torch", "--index-url", index, external=True)
+    pin = [] if conv is not None and conv["version_env"] else [f"{dist}=={version}"]
     session.run(
-        py, "-m", "pip", "install", "-e", f".[{extra}]", f"{dist}=={version}",
+        py, "-m", "pip", "install", "-e", f".[{','.join(extras)}]", *pin,
         external=True, env=BUILD_ENV,
     )  # fmt: skip
     return py
@@ -196,11 +242,34 @@ def _rows(dist: str) -> list[str]:
 def upgrade(session: nox.Session) -> None:
     """Old vs new version of one runtime: two venvs, then ``rtmatrix compare`` in paired
     rounds (the verdict leads the report; killed or contended cells cannot fail it)."""
-    dist, old, new, matrix_file, flags = _upgrade_args(
+    dist, old, new, matrix_arg, flags = _upgrade_args(
         session,
         "usage: nox -s upgrade -- DIST OLD NEW [MATRIX] [rtmatrix compare flags ...]\n"
         "  e.g. nox -s upgrade -- onnxruntime 1.31.1 1.32.0 matrix/ci.toml --rounds 12",
     )
+    conv = _converter(session, dist)
+    if conv is not None and not _is_runtime(session, dist):
+        # compare changes only the workers' interpreter; conversions run in the parent, so
+        # both sides would read one version's files: one run per version is the only honest flow
+        if flags:
+            session.error(
+                f"{dist} is converter {conv['name']}'s distribution, compared by upgrade_diff "
+                "(one run per version; conversions run in the parent, not in compare's "
+                "workers); rtmatrix compare flags do not apply: "
+                f"nox -s upgrade_diff -- {dist} {old} {new} [MATRIX] [--fail ...]"
+            )
+        session.log(
+            f"{dist} carries converter {conv['name']} ({conv['tool']}), which runs in the "
+            "parent rtmatrix process, not in compare's workers: running the upgrade_diff flow "
+            "(one run per version, then diff, report and gate)"
+        )
+        _upgrade_diff(session, dist, old, new, matrix_arg, flags, conv)
+        return
+    if conv is not None:
+        session.log(f"{dist} also carries converter {conv['name']}: compare's workers change "
+                    "the runtime only (conversions run in the parent); for the converter: "
+                    f"nox -s upgrade_diff -- {dist} {old} {new}")  # fmt: skip
+    matrix_file = matrix_arg or DEFAULT_MATRIX
     # the parent: rounds, judging, report, fixtures; it imports no runtime, but int8 ONNX
     # fixtures are quantized (in a child of the parent) with onnxruntime's quantizer
     session.install("-e", _parent_install(dist))
@@ -226,26 +295,57 @@ def _new_result(session: nox.Session, before: set[Path]) -> str:
     return str(new[-1])
 
 
-def _run_version(session: nox.Session, dist: str, version: str, matrix_file: str) -> str:
-    """Run the matrix rows of ``dist`` in its version's venv; the result file's path."""
-    py = _version_venv(session, dist, version)
+def _run_version(
+    session: nox.Session,
+    dist: str,
+    version: str,
+    matrix_file: str,
+    conv: dict[str, Any] | None = None,
+) -> str:
+    """Run the matrix rows of ``dist`` (for a converter: the rows it feeds, and the rows of
+    ``dist`` where a runtime's too) in its version's venv; the result file's path."""
+    py = _version_venv(session, dist, version, conv)
+    rows, env = _rows(dist), {}
+    if conv is not None:
+        rows = ["--converter", conv["name"], *(rows if _is_runtime(session, dist) else [])]
+        env["RTMATRIX_TORCH_INDEX_URL"] = os.environ.get("RTMATRIX_TORCH_INDEX_URL", CPU_TORCH)
+        if conv["version_env"]:
+            env[conv["version_env"]] = version
     before = set(RESULTS.glob("*.json"))
     session.run(
-        py, "-m", "rtmatrix", "run", matrix_file, *_rows(dist), "--results", str(RESULTS),
-        "--no-report", external=True,
+        py, "-m", "rtmatrix", "run", matrix_file, *rows, "--results", str(RESULTS),
+        "--no-report", external=True, env=env,
     )  # fmt: skip
     return _new_result(session, before)
 
 
 @nox.session(python=PYTHON)
 def upgrade_diff(session: nox.Session) -> None:
-    """Old vs new version as two separate runs: diff, report (``--baseline``) and gate, last."""
-    dist, old, new, matrix_file, flags = _upgrade_args(
+    """Old vs new version as two separate runs: diff, report (``--baseline``) and gate, last;
+    the flow for a converter's distribution (its rows, over matrix/architectures.toml)."""
+    dist, old, new, matrix_arg, flags = _upgrade_args(
         session, "usage: nox -s upgrade_diff -- DIST OLD NEW [MATRIX] [--fail METRIC:PCT ...]"
     )
+    _upgrade_diff(session, dist, old, new, matrix_arg, flags, _converter(session, dist))
+
+
+def _upgrade_diff(
+    session: nox.Session,
+    dist: str,
+    old: str,
+    new: str,
+    matrix_arg: str | None,
+    flags: list[str],
+    conv: dict[str, Any] | None,
+) -> None:
+    matrix_file = matrix_arg or (DEFAULT_MATRIX if conv is None else CONVERTER_MATRIX)
     session.install("-e", ".")  # diff, report and gate need no runtime
-    base = _run_version(session, dist, old, matrix_file)
-    cand = _run_version(session, dist, new, matrix_file)
+    if conv is not None:
+        session.log(f"{dist} {old} vs {new}: converter {conv['name']} ({conv['tool']}) on "
+                    f"{matrix_file}, rows {', '.join(conv['rows'])}; each version converts anew "
+                    "(conversions are cached by converter version)")  # fmt: skip
+    base = _run_version(session, dist, old, matrix_file, conv)
+    cand = _run_version(session, dist, new, matrix_file, conv)
     out = UPGRADE_REPORT / "diff"
     session.run("rtmatrix", "diff", base, cand, *flags, "-o", str(out / "diff.txt"))
     session.run("rtmatrix", "diff", base, cand, *flags, "--json", "-o", str(out / "diff.json"))

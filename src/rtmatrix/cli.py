@@ -47,6 +47,10 @@ DIST_HELP = (
     "only the rows whose runtime is this PyPI distribution, as each adapter declares it "
     "(e.g. onnxruntime; repeatable; `rtmatrix runtimes --json` lists them)"
 )
+CONVERTER_HELP = (
+    "only the rows whose adapter's converter is NAME, i.e. the rows that converter feeds "
+    "(e.g. optimum_intel; repeatable; `rtmatrix runtimes --json` lists them under converters)"
+)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -71,11 +75,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
+    converters = set(args.converter or [])
+    if converters - matrix.converters():
+        print(
+            f"rtmatrix: --converter {sorted(converters - matrix.converters())}: no row of "
+            f"{args.matrix} is fed by it; valid: {', '.join(sorted(matrix.converters()))}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
     resume = Path(args.resume) if args.resume else None
     if resume is not None:
         load_run(resume)  # a corrupt or newer file is refused before anything runs
-    rows = matrix.rows_selected(runtimes, dists)
-    chosen = runtimes or dists
+    rows = matrix.rows_selected(runtimes, dists, converters)
+    chosen = runtimes or dists or converters
     path = _run(args, matrix, (lambda c: c.runtime in rows) if chosen else None, resume)
     record = load_run(path)
     outcomes: dict[str, int] = {}
@@ -747,6 +759,7 @@ def _add_run_cmd(sub: Any) -> None:
     run.add_argument("--no-report", action="store_true", help="do not render the HTML report")
     run.add_argument("--runtime", action="append", help=RUNTIME_HELP)
     run.add_argument("--distribution", action="append", metavar="DIST", help=DIST_HELP)
+    run.add_argument("--converter", action="append", metavar="NAME", help=CONVERTER_HELP)
     run.add_argument("--strict", action="store_true", help="exit 1 when any cell's verdict is FAIL")
     run.add_argument(
         "--resume",
@@ -867,20 +880,23 @@ def _add_runtimes_cmd(sub: Any) -> None:
     rts.add_argument("name", nargs="*", help="rows to show (default: all)")
     rts.add_argument(
         "--json", action="store_true",
-        help="the registry as JSON: per row its adapter, PyPI distribution, rtmatrix extra, "
-        "model container, converter and option names (what noxfile.py reads)",
+        help="the registry as JSON: {runtimes: per row its adapter, PyPI distribution, rtmatrix "
+        "extra, model container, converter and option names; converters: per converter its "
+        "tool, PyPI distribution, rtmatrix extra and the rows it feeds} (what noxfile.py reads)",
     )  # fmt: skip
     rts.set_defaults(func=_cmd_runtimes)
 
 
 def _runtimes_json(names: list[str]) -> int:
-    """The adapter registry as each adapter declares itself (imports adapters, no runtime)."""
+    """The adapter registry as each adapter declares itself, and the converter registry as each
+    converter's home declares itself (imports adapters and homes, no runtime, no converter)."""
     import json
 
+    from rtmatrix import converters
     from rtmatrix.adapters.base import BUILTIN_ADAPTERS, load_adapter_class
     from rtmatrix.options import declared
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, target in BUILTIN_ADAPTERS.items():
         if names and name not in names:
             continue
@@ -890,7 +906,19 @@ def _runtimes_json(names: list[str]) -> int:
             "extra": cls.extra, "container": cls.container, "converter": cls.converter,
             "options": [o.name for o in decl.options] if decl else [],
         })  # fmt: skip
-    print(json.dumps(rows, indent=1))
+    convs = []
+    for name in converters.HOMES:
+        fed = [r["name"] for r in rows if r["converter"] == name]
+        if names and not fed:
+            continue
+        mod = converters.home(name)
+        convs.append({
+            "name": name, "tool": mod.TOOL, "distribution": mod.DISTRIBUTION, "extra": mod.EXTRA,
+            "container": mod.CONTAINER, "dtypes": sorted(mod.DTYPES),
+            # where its version is chosen other than by installing the distribution
+            "version_env": getattr(mod, "VERSION_ENV", None), "rows": fed,
+        })  # fmt: skip
+    print(json.dumps({"runtimes": rows, "converters": convs}, indent=1))
     return 0
 
 

@@ -279,13 +279,44 @@ def test_runtimes_json_is_the_registry_as_each_adapter_declares_it(
     from rtmatrix.adapters.base import BUILTIN_ADAPTERS, load_adapter_class
 
     assert main(["runtimes", "--json"]) == 0
-    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["runtimes"]}
     assert set(rows) == set(BUILTIN_ADAPTERS)
     for name, row in rows.items():
         cls = load_adapter_class(BUILTIN_ADAPTERS[name])
         assert (row["distribution"], row["extra"]) == (cls.distribution, cls.extra)
     llama = rows["llama_cpp"]
     assert llama["converter"] == "llama_cpp" and "type_k" in llama["options"]
+
+
+def test_runtimes_json_lists_each_converter_as_its_home_declares_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rtmatrix import converters
+    from rtmatrix.adapters.base import BUILTIN_ADAPTERS, load_adapter_class
+
+    assert main(["runtimes", "--json"]) == 0
+    convs = {c["name"]: c for c in json.loads(capsys.readouterr().out)["converters"]}
+    assert set(convs) == set(converters.HOMES)
+    for name, conv in convs.items():
+        home = converters.home(name)
+        assert (conv["distribution"], conv["extra"], conv["tool"]) == (
+            home.DISTRIBUTION, home.EXTRA, home.TOOL,
+        )  # fmt: skip
+        fed = {r for r, t in BUILTIN_ADAPTERS.items() if load_adapter_class(t).converter == name}
+        assert fed and set(conv["rows"]) == fed
+    assert {n: c["distribution"] for n, c in convs.items()} == {
+        "llama_cpp": "llama-cpp-python", "ort_genai": "onnxruntime-genai",
+        "mnn_llmexport": "llmexport", "optimum_intel": "optimum-intel",
+    }  # fmt: skip
+    # optimum-intel has no extra (rtmatrix builds its venv); its version is an environment variable
+    assert convs["optimum_intel"]["extra"] is None
+    assert convs["optimum_intel"]["version_env"] == "RTMATRIX_OPTIMUM_INTEL_VERSION"
+    assert {"openvino", "openvino_genai"} <= set(convs["optimum_intel"]["rows"])
+    assert convs["llama_cpp"]["version_env"] is None
+    # rows named: only the converters that feed them
+    assert main(["runtimes", "--json", "mnn_llm"]) == 0
+    only = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in only["converters"]] == ["mnn_llmexport"]
 
 
 def test_run_refuses_a_distribution_no_row_runs(
@@ -300,4 +331,19 @@ def test_run_refuses_a_distribution_no_row_runs(
                  str(tmp_path / "r")]) == 4  # fmt: skip
     err = capsys.readouterr().err
     assert "onnxruntime" in err and "llama-cpp-python" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_run_refuses_a_converter_no_row_is_fed_by(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    matrix = tmp_path / "m.toml"
+    matrix.write_text(
+        '[[runtimes]]\nname = "llama_cpp"\nadapter = "llama_cpp"\n'
+        '[[fixtures]]\nmodel = "tiny"\ndtypes = ["f32"]\n', "utf-8"
+    )
+    assert main(["run", str(matrix), "--converter", "optimum_intel", "--results",
+                 str(tmp_path / "r")]) == 4  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--converter ['optimum_intel']" in err and "valid: llama_cpp" in err
     assert not (tmp_path / "r").exists()

@@ -196,6 +196,10 @@ def test_a_sweep_multiplies_rows_and_cells_and_names_each_combination() -> None:
     assert m.rows_selected(set(), {"llama-cpp-python"}) == {rt.name for rt in swept}
     assert m.rows_selected(set(), {"onnxruntime"}) == {"onnxruntime"}
     assert m.distributions() == {"llama-cpp-python", "onnxruntime"}
+    # --converter takes every row whose adapter names that converter (the rows it feeds)
+    assert m.rows_selected(set(), converters={"llama_cpp"}) == {rt.name for rt in swept}
+    assert m.rows_selected(set(), converters={"ort_genai"}) == {"onnxruntime"}
+    assert m.converters() == {"llama_cpp", "ort_genai"}
     assert m.row_names() >= {"llama_cpp", "onnxruntime", swept[5].name}
     plain = next(rt for rt in m.runtimes if rt.name == "onnxruntime")
     assert plain.base_name == "onnxruntime" and plain.swept == {}

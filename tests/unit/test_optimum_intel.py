@@ -135,6 +135,22 @@ def test_the_venv_lives_in_the_tools_cache_keyed_by_its_pins(
     assert oi.env_dir() != first
 
 
+def test_the_upgrade_flow_picks_optimum_intels_version_by_an_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RTMATRIX_TOOLS_DIR", str(tmp_path))
+    first = oi.env_dir()
+    monkeypatch.setenv(oi.VERSION_ENV, "2.1.0")
+    other = oi.env_dir()
+    assert other != first and other.name.startswith("optimum-intel-2.1.0-")
+    assert oi.env_key()["pins"]["transformers"] == oi.PINS["transformers"]  # the others stay
+    (own,) = [cmd for what, cmd in oi.build_steps(other) if what.startswith("optimum-intel==")]
+    assert own[-1] == "optimum-intel==2.1.0" and oi.PINS["optimum-intel"] == "2.2.0"
+    monkeypatch.setenv(oi.VERSION_ENV, "2.1.0; rm -rf /")
+    with pytest.raises(ExporterUnavailable, match="not a version"):
+        oi.env_dir()
+
+
 def test_a_venv_without_its_manifest_or_cli_is_not_built(tmp_path: Path) -> None:
     entry = fake_env(tmp_path)
     env = oi.read_env(entry)

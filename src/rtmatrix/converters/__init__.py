@@ -1,12 +1,14 @@
 """Converters: each runtime vendor's own tool from a team's checkpoint to the file its runtime
 reads, one home per converter (``rtmatrix.converters.<name>``), behind :mod:`.base`.
 
-A home module provides ``TOOL`` (the tool's name in the vendor's words), ``DISTRIBUTION``,
-``CONTAINER``, ``DTYPES`` (rtmatrix dtype -> the converter's own option value) and
-``convert(folder, option, root=None, log=None) -> Converted`` (the main file, its record,
-the cache entry's manifest, whether this call built it). A row names its
-converter with the adapter's ``converter`` class attribute; the registry below is lazy, so
-nothing imports a converter's home before a cell needs it.
+A home module provides ``TOOL`` (the tool's name in the vendor's words), ``DISTRIBUTION`` (the PyPI
+distribution that carries it), ``EXTRA`` (the rtmatrix extra that installs it; None where rtmatrix
+builds its own venv), ``CONTAINER``, ``DTYPES`` (rtmatrix dtype -> the converter's own option
+value) and ``convert(folder, option, root=None, log=None) -> Converted`` (the main file, its
+record, the cache entry's manifest, whether this call built it). A row names its converter with the
+adapter's ``converter`` class attribute; the registry below is lazy, so nothing imports a
+converter's home before a cell needs it. ``rtmatrix runtimes --json`` lists each home with the rows
+it feeds (what ``nox -s upgrade_diff -- <its distribution> OLD NEW`` runs).
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ from rtmatrix.runtimes.llama_cpp.reftool import (
 NAME = "llama_cpp"
 TOOL = "convert_hf_to_gguf.py"
 CONTAINER = "gguf"
+#: the rtmatrix extra that installs it (``DISTRIBUTION``, imported above: the sdist of the
+#: installed llama-cpp-python carries the converter)
+EXTRA = "llama-cpp"
 #: the types the converter writes itself (its ``tq1_0``/``tq2_0`` are for ternary models only,
 #: ``auto`` is a guess): anything else is llama-quantize's job
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")

@@ -9,8 +9,9 @@ cache), under a lock, with its progress on stderr, in four steps (:func:`build_s
 rtmatrix's own Python; ``pip install torch==2.13.0`` (its CPU build: where PyPI's torch is a CUDA
 build, set ``$RTMATRIX_TORCH_INDEX_URL`` to ``https://download.pytorch.org/whl/cpu``); the pinned
 packages (:data:`PINS`) and optimum-intel's other declared requirements; optimum-intel itself
-with ``--no-deps``. torchvision, which optimum-intel declares, is left out: PyPI's torchvision is
-built against CUDA torch and fails to import beside the CPU one (``operator torchvision::nms does
+with ``--no-deps`` (at ``$RTMATRIX_OPTIMUM_INTEL_VERSION`` where set, :data:`VERSION_ENV`: another
+venv beside this one). torchvision, which optimum-intel declares, is left out: PyPI's torchvision
+is built against CUDA torch and fails to import beside the CPU one (``operator torchvision::nms does
 not exist``), which breaks transformers' import; no LLM export imports it. Then transformers
 :data:`OVERLAY_TRANSFORMERS` goes into ``overlays/transformers-<v>/`` (``pip install --no-deps
 --target``), and a check in the venv imports the exporter and reads, per ``model_type``, the
@@ -67,6 +68,8 @@ NAME = "optimum_intel"
 TOOL = "optimum-cli export openvino"
 DISTRIBUTION = "optimum-intel"
 CONTAINER = "openvino-ir"
+#: no rtmatrix extra installs it: it lives in its own venv (below), built on first use
+EXTRA: str | None = None
 TASK = "text-generation-with-past"
 WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
 #: rtmatrix dtype -> ``--weight-format``. fp16 stores the weights in f16 (decompressed to the
@@ -93,6 +96,11 @@ PINS = {
     "openvino": "2026.4.1",
     "openvino-tokenizers": "2026.4.1.0",
 }
+#: optimum-intel at another version than :data:`PINS` says (the converter upgrade flow, ``nox -s
+#: upgrade_diff -- optimum-intel OLD NEW``): only optimum-intel's pin changes, the others stay, so a
+#: version they do not fit fails the venv's check and the cells are unavailable with that reason
+VERSION_ENV = "RTMATRIX_OPTIMUM_INTEL_VERSION"
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*")
 #: installed first, alone, so its index can be PyTorch's CPU one (``$RTMATRIX_TORCH_INDEX_URL``)
 TORCH = "torch==2.13.0"
 TORCH_INDEX_ENV = "RTMATRIX_TORCH_INDEX_URL"
@@ -176,11 +184,22 @@ class Environment:
         return venv_packages(self.root, overlay)
 
 
+def pins() -> dict[str, str]:
+    """:data:`PINS`, with optimum-intel at ``$RTMATRIX_OPTIMUM_INTEL_VERSION`` where that is set."""
+    override = os.environ.get(VERSION_ENV, "").strip()
+    if not override:
+        return dict(PINS)
+    if not _VERSION.fullmatch(override):
+        msg = f"${VERSION_ENV}={override!r} is not a version (e.g. 2.1.0)"
+        raise ExporterUnavailable(msg)
+    return PINS | {DISTRIBUTION: override}
+
+
 def env_key() -> dict[str, Any]:
     """What the venv depends on: any change builds another one beside it."""
     return {
         "key_version": ENV_KEY_VERSION,
-        "pins": dict(PINS),
+        "pins": pins(),
         "torch": TORCH,
         "declared": list(DECLARED),
         "overlays": list(OVERLAY_TRANSFORMERS),
@@ -190,7 +209,8 @@ def env_key() -> dict[str, Any]:
 
 def env_dir(root: Path | None = None) -> Path:
     key = env_key()
-    return (root or tools_root()) / f"optimum-intel-{PINS['optimum-intel']}-{key_hash(key)[:12]}"
+    version = key["pins"][DISTRIBUTION]
+    return (root or tools_root()) / f"optimum-intel-{version}-{key_hash(key)[:12]}"
 
 
 def overlay_dir(venv: Path, version: str) -> Path:
@@ -315,14 +335,15 @@ def build_steps(entry: Path) -> list[tuple[str, list[str]]]:
     """The venv's build, step by step: (what, command)."""
     py = str(entry / "bin" / "python")
     pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    others = [f"{n}=={v}" for n, v in PINS.items() if n != DISTRIBUTION]
+    pinned = pins()
+    others = [f"{n}=={v}" for n, v in pinned.items() if n != DISTRIBUTION]
     steps = [
         ("a venv of this Python", [sys.executable, "-m", "venv", str(entry)]),
         (f"{TORCH} (the CPU build: ~200 MB download)", [*pip, TORCH, *torch_index_args()]),
         ("optimum, transformers, nncf, openvino, openvino-tokenizers",
          [*pip, TORCH, *others, *DECLARED]),
-        (f"{DISTRIBUTION}=={PINS[DISTRIBUTION]} (--no-deps: without torchvision)",
-         [*pip, "--no-deps", f"{DISTRIBUTION}=={PINS[DISTRIBUTION]}"]),
+        (f"{DISTRIBUTION}=={pinned[DISTRIBUTION]} (--no-deps: without torchvision)",
+         [*pip, "--no-deps", f"{DISTRIBUTION}=={pinned[DISTRIBUTION]}"]),
     ]  # fmt: skip
     for version in OVERLAY_TRANSFORMERS:
         target = str(overlay_dir(entry, version))

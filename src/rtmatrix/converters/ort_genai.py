@@ -50,6 +50,8 @@ NAME = "ort_genai"
 TOOL = "onnxruntime_genai.models.builder"
 DISTRIBUTION = "onnxruntime-genai"
 CONTAINER = "onnx"
+#: the rtmatrix extra that installs it (with ``reference``: torch and transformers)
+EXTRA = "onnxruntime-genai"
 #: the builder's precisions for the CPU execution provider (its fp16/bf16 are CUDA/DML ones)
 PRECISIONS = ("fp32", "int8", "int4")
 #: rtmatrix dtype -> the builder's ``--precision``. int4/int8 are ``MatMulNBits`` weights in

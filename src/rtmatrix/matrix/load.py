@@ -207,6 +207,12 @@ def adapter_distribution(adapter: str) -> str:
     return load_adapter_class(adapter).distribution
 
 
+def adapter_converter(adapter: str) -> str | None:
+    """The converter a row's adapter names (its ``converter``; None where rtmatrix writes its
+    files itself)."""
+    return load_adapter_class(adapter).converter
+
+
 @dataclass(frozen=True)
 class Matrix:
     path: Path
@@ -228,20 +234,29 @@ class Matrix:
         return {rt.name for rt in self.runtimes} | {rt.base_name for rt in self.runtimes}
 
     def rows_selected(
-        self, names: set[str], distributions: AbstractSet[str] = frozenset()
+        self,
+        names: set[str],
+        distributions: AbstractSet[str] = frozenset(),
+        converters: AbstractSet[str] = frozenset(),
     ) -> set[str]:
-        """The rows ``--runtime NAME`` selects (the row NAME, or every row its sweep made) and
-        those ``--distribution DIST`` selects (every row whose adapter declares DIST)."""
+        """The rows ``--runtime NAME`` selects (the row NAME, or every row its sweep made), those
+        ``--distribution DIST`` selects (every row whose adapter declares DIST) and those
+        ``--converter NAME`` selects (every row whose adapter names converter NAME)."""
         return {
             rt.name
             for rt in self.runtimes
             if rt.name in names or rt.base_name in names
             or (distributions and adapter_distribution(rt.adapter) in distributions)
+            or (converters and adapter_converter(rt.adapter) in converters)
         }  # fmt: skip
 
     def distributions(self) -> set[str]:
         """The PyPI distributions this matrix's rows run, as their adapters declare them."""
         return {adapter_distribution(rt.adapter) for rt in self.runtimes}
+
+    def converters(self) -> set[str]:
+        """The converters that feed this matrix's rows, as their adapters name them."""
+        return {c for rt in self.runtimes if (c := adapter_converter(rt.adapter)) is not None}
 
     def cells(self) -> list[Cell]:
         cells = []
