@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from importlib import metadata
@@ -597,7 +598,10 @@ class OrtOpenVinoAdapter(OrtAdapter):
         then timed on a prefill and the decode steps of one repetition."""
         ort = self._ort
         n_prompt = self._prompt_len or 16
-        n_gen = max(sum(1 for rep, k in self._calls if rep == self._rep and k == "decode"), 1)
+        # the decode steps of one timed repetition (the most any repetition made: the worker's
+        # self-check probes after the timed ones prefill without decoding)
+        per_rep = Counter(rep for rep, k in self._calls if k == "decode")
+        n_gen = max(max(per_rep.values(), default=0), 1)
         n_gen = min(n_gen, max(self._n_ctx - n_prompt, 1))
         params = LoadParams(n_ctx=self._n_ctx, threads=self._threads, options=self._options)
         configs = {"delegate": self._providers, "control": [CPU]}
