@@ -79,3 +79,16 @@ def test_the_selection_matrix_architecture_row_reads_the_view() -> None:
     titles = " ".join(p.value.title for it in rows["architecture"].entries[0] for p in it.parts)
     assert any(t.startswith("gemma3_text (0/1 cells PASS)") for t in texts), texts
     assert "differs: f32: runs but differs" in titles and "refused" in titles
+
+
+def test_an_engine_cell_shows_its_greedy_ids_against_transformers() -> None:
+    llama = next(c for c in sample_run()["cells"] if c["runtime"] == "llama_cpp")
+    ok = {"status": "measured", "tokens_agree": 16, "tokens_compared": 16,
+          "all_tokens_agree": True, "judged_on": "greedy ids (an engine's own loop)"}  # fmt: skip
+    part = ok | {"tokens_agree": 9, "all_tokens_agree": False}
+    agree = architectures.cell_state(_cell(llama, "qwen3-toy", "qwen3", parity=ok,
+                                           outcome={"status": "ok"}))  # fmt: skip
+    assert agree.state == "exact" and "greedy ids 16/16 agree" in agree.text
+    some = architectures.cell_state(_cell(llama, "qwen3-toy", "qwen3", parity=part,
+                                          outcome={"status": "wrong-output"}))  # fmt: skip
+    assert some.state == "not-judged" and "9/16" in some.text

@@ -56,6 +56,13 @@ def _ran(cell: Mapping[str, Any]) -> ArchCell | None:
     made_by = _conversion_text(cell)
     if not conv:
         status = (cell.get("outcome") or {}).get("status")
+        agree, compared = par.get("tokens_agree"), par.get("tokens_compared")
+        if par.get("status") == "measured" and isinstance(compared, int) and compared:
+            # an engine's own loop: its greedy ids against transformers', no logits to judge
+            ids = f"greedy ids {agree}/{compared} agree with transformers' (no logits)"
+            state = "exact" if par.get("all_tokens_agree") and status == "ok" else "not-judged"
+            return ArchCell(state, f"{dtype}: {status}, {ids}",
+                            f"{made_by}; {par.get('judged_on') or 'greedy ids only'}")  # fmt: skip
         return ArchCell("not-judged", f"{dtype}: {status}, not judged against transformers",
                         f"{made_by}; {par.get('reason') or 'no teacher-forced pass'}")  # fmt: skip
     figures = f"top-1 {conv.get('top1_agree')}/{conv.get('top1_positions')}"

@@ -378,7 +378,9 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
     if fin.quality is not None:  # a real model: quantized rows are judged by their KLD
         figures = quality_for(fin, fin.quality)
         fin.metrics |= figures
-        judged = (par.get("numerics") or {}).get("judged_as")
+        # what the cell is judged as: the runtime's own re-quantization, else what ran
+        judged = (par.get("requantized") or {}).get("judged_as") or \
+            (par.get("numerics") or {}).get("judged_as")  # fmt: skip
         dtype = judged or (fin.fixture.dtype if fin.fixture else None)
         par = parity.judged_by_quality(par, dtype, figures)
         conv = fin.fixture.conversion if fin.fixture else None
