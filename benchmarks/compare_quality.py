@@ -97,11 +97,34 @@ model = "{model}"
 dtypes = [{dtypes}]
 """
 AA = "A/A"
+#: a prefill slowdown's condition name: ``pp10%`` (a decode slowdown's is ``10%``)
+PP = "pp"
+
+
+def judged_metric(condition: str) -> str:
+    """The check a slowdown condition must flag: pp_tps for a prefill slowdown, else tg_tps."""
+    return "pp_tps" if condition.startswith(PP) else "tg_tps"
+
+
+def slowdown_options(condition: str) -> dict[str, Any]:
+    """Side B's options for a slowdown condition (``10%``: decode, ``pp10%``: prefill)."""
+    fraction = float(condition.removeprefix(PP).rstrip("%")) / 100
+    phase = "prefill" if condition.startswith(PP) else "decode"
+    return {"slowdown": fraction, "slowdown_phase": phase}
+
+
+def conditions(args: argparse.Namespace) -> list[str]:
+    """A/A, then the decode slowdowns (``--levels``), then the prefill ones (``--pp-levels``)."""
+    return [AA, *(f"{lvl:g}%" for lvl in args.levels),
+            *(f"{PP}{lvl:g}%" for lvl in args.pp_levels)]  # fmt: skip
 
 
 def flags(condition: str, metric: str, verdict: str) -> bool:
-    """Whether one check flags its cell: A/A, any regression; a slowdown, a tg_tps regression."""
-    return verdict == PairedVerdict.REGRESSION and (condition == AA or metric == "tg_tps")
+    """Whether one check flags its cell: A/A, any regression; a slowdown, a regression of the
+    phase it slowed (tg_tps, or pp_tps for a prefill slowdown)."""
+    return verdict == PairedVerdict.REGRESSION and (
+        condition == AA or metric == judged_metric(condition)
+    )
 
 
 @dataclass
@@ -149,7 +172,7 @@ def _tally(t: Tally, c: Comparison, condition: str, wall: float) -> list[dict[st
         t.rounds_contended += cell.contended_rounds
         if not checks:
             t.not_judged += 1
-        tg = next((ch for ch in checks if ch.metric == "tg_tps"), None)
+        tg = next((ch for ch in checks if ch.metric == judged_metric(condition)), None)
         hit = any(flags(condition, ch.metric, ch.verdict) for ch in checks)
         t.flagged += hit
         t.checks += len(checks)
@@ -183,7 +206,7 @@ def _one(
     if condition == AA:
         b = SideSpec("b", args.b)
     else:
-        b = SideSpec("b", args.b, {"slowdown": float(condition.rstrip("%")) / 100}, SLOW)
+        b = SideSpec("b", args.b, slowdown_options(condition), SLOW)
     settings = Settings(rounds=rounds or args.rounds, seed=seed, mode=args.mode)
     t0 = time.monotonic()
     matrix = parse_matrix(matrix_path.read_text("utf-8"), matrix_path)
@@ -194,7 +217,7 @@ def _one(
 def _plan(args: argparse.Namespace, cells_per: int) -> list[str]:
     """Interleaved conditions until each has its cell comparisons."""
     need = {AA: math.ceil(args.aa_cells / cells_per)} | {
-        f"{lvl:g}%": math.ceil(args.slow_cells / cells_per) for lvl in args.levels
+        cond: math.ceil(args.slow_cells / cells_per) for cond in conditions(args)[1:]
     }
     order: list[str] = []
     while any(need.values()):
@@ -206,7 +229,7 @@ def _plan(args: argparse.Namespace, cells_per: int) -> list[str]:
 
 
 def _report(tallies: dict[str, Tally], loads: Sequence[float]) -> None:
-    print("condition  cells  flagged   rate  equiv  inconcl  not-judged  TG ratio  K  s/cell")
+    print("condition  cells  flagged   rate  equiv  inconcl  not-judged  ratio     K  s/cell")
     for cond, t in tallies.items():
         rate = t.flagged / t.cells if t.cells else math.nan
         ratio = statistics.median(t.ratios) if t.ratios else math.nan
@@ -302,7 +325,7 @@ def pooled_estimates(
 
 
 def run_pool(args: argparse.Namespace, matrix_path: Path, tmp: Path) -> dict[str, Any]:
-    conds = [AA, *(f"{lvl:g}%" for lvl in args.levels)]
+    conds = conditions(args)
     frames: dict[str, list[pd.DataFrame]] = {c: [] for c in conds}
     done = dict.fromkeys(conds, 0)
     walls = dict.fromkeys(conds, 0.0)
@@ -474,7 +497,7 @@ def summarize_ledger(path: Path, resamples: int = 0, seed: int = 0) -> str:
         hit = [flags(str(cond), m, v) for m, v in zip(part["metric"], part["verdict"], strict=True)]
         flagged = pd.Series(hit, index=part.index).groupby([part["comparison"], part["cell"]]).any()
         by_metric = part[reg].groupby("metric").size().to_dict()
-        ratio = part.loc[part["metric"] == "tg_tps", "ratio"].median()
+        ratio = part.loc[part["metric"] == judged_metric(str(cond)), "ratio"].median()
         shape = ", ".join(sorted({c.rsplit("|", 1)[-1] for c in part["cell"]}))
         lines.append(
             f"{mode} {cond:6s} flagged {_rate(int(flagged.sum()), len(flagged))}; regressions "
@@ -558,6 +581,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--levels", type=float, nargs="*", default=[3.0, 5.0, 10.0], help="percent (none: A/A only)"
     )
+    p.add_argument(
+        "--pp-levels", type=float, nargs="*", default=[],
+        help="prefill slowdowns, percent (conditions pp5%%, pp10%%; found by their pp_tps check)",
+    )  # fmt: skip
     # small, not tiny: tiny decodes a token in ~0.2 ms, where timer and scheduler noise give a
     # 27 % between-process spread (measured); small's is ~10 % on this 2-core VM
     p.add_argument("--model", default="small")
@@ -623,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.dtypes, args.aa_cells, args.slow_cells = 3, ["f32"], 2, 1
         args.levels, args.contention_threshold = [10.0], 1000.0
+        args.pp_levels = args.pp_levels or [10.0]
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p
     )  # the workers import gate_quality_slow from here
