@@ -73,8 +73,17 @@ from scipy import stats
 
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.results.comparison import DEFAULT_METRICS, Comparison
+from rtmatrix.results.diff import Mark
 from rtmatrix.results.paired import DEFAULT_ROUNDS, PairedVerdict, decide
-from rtmatrix.runner.compare import DEFAULT_MODE, MODES, Settings, SideSpec, run_comparison
+from rtmatrix.runner.compare import (
+    DEFAULT_MODE,
+    MODES,
+    Settings,
+    SideSpec,
+    balanced_turns,
+    run_comparison,
+)
+from rtmatrix.turns import DEFAULT_PATTERN, PATTERNS
 
 HERE = Path(__file__).resolve().parent
 SLOW = "gate_quality_slow:SlowLlamaCppAdapter"
@@ -82,12 +91,12 @@ MATRIX = """\
 description = "compare quality"
 [run]
 repetitions = {reps}
-warmup = 1
+warmup = {warmup}
 timeout_s = 120
 contention_threshold_cores = {threshold}
 [params]
 threads = {threads}
-n_ctx = 256
+n_ctx = {ctx}
 prompt_tokens = {prompt}
 gen_tokens = {gen}
 [[runtimes]]
@@ -148,6 +157,8 @@ class Tally:
 def _matrix(folder: Path, args: argparse.Namespace) -> Path:
     text = MATRIX.format(
         reps=args.reps,
+        warmup=args.warmup,
+        ctx=max(256, 1 << (args.prompt_tokens + args.gen_tokens - 1).bit_length()),
         threshold=args.contention_threshold,
         threads=args.threads,
         prompt=args.prompt_tokens,
@@ -207,7 +218,7 @@ def _one(
         b = SideSpec("b", args.b)
     else:
         b = SideSpec("b", args.b, slowdown_options(condition), SLOW)
-    settings = Settings(rounds=rounds or args.rounds, seed=seed, mode=args.mode)
+    settings = Settings(rounds=rounds or args.rounds, seed=seed, mode=args.mode, turns=args.turns)
     t0 = time.monotonic()
     matrix = parse_matrix(matrix_path.read_text("utf-8"), matrix_path)
     c, _ = run_comparison(matrix, a, b, settings, results, progress=lambda _line: None)
@@ -417,7 +428,12 @@ def ledger_rows(
         "utc": utc, "comparison": ident, "condition": condition,
         "checks_in_family": len(checks), "wall_s": round(wall, 1), "load_1min": round(load, 2),
         "python_a": args.a, "python_b": args.b, "commit": args.commit,
-        "host": os.uname().nodename, "mode": c.settings.get("mode_used", "sequential"),
+        "host": os.uname().nodename,
+        "mode": mode_label(
+            str(c.settings.get("mode_used", "sequential")),
+            args,
+            bool(c.settings.get("turns_balanced")),
+        ),
     }  # fmt: skip
     rows = [
         common | {
@@ -454,6 +470,31 @@ def append_ledger(path: Path, rows: Sequence[dict[str, Any]], c: Comparison) -> 
     out = rounds[keep].assign(comparison=rows[0]["comparison"])
     side = path.with_suffix(".rounds.csv")
     out.to_csv(side, mode="a", header=not side.exists() or side.stat().st_size == 0, index=False)
+
+
+def mode_label(mode: str, args: argparse.Namespace, balanced: bool = False) -> str:
+    """The ledger's ``mode``: the comparison's mode, with the turn pattern, repetitions and
+    warm-ups where they are not the defaults (``alternate-abab-r4``) and ``even`` where the
+    comparison made the counted repetitions even (``rtmatrix.runner.compare.balanced_turns``),
+    so rows of another design are summarized apart."""
+    parts = [mode] + (["even"] if balanced else [])
+    if mode == "alternate" and getattr(args, "turns", DEFAULT_PATTERN) != DEFAULT_PATTERN:
+        parts.append(str(args.turns))
+    if getattr(args, "reps", 5) != 5:
+        parts.append(f"r{args.reps}")
+    if getattr(args, "warmup", 1) != 1:
+        parts.append(f"w{args.warmup}")
+    return "-".join(parts)
+
+
+def append_samples(path: Path, c: Comparison, ident: str, args: argparse.Namespace) -> None:
+    """Append a comparison's counted repetitions (:func:`samples_table`) with its id, turn
+    pattern, repetitions and warm-ups (as the comparison ran them)."""
+    warmup, reps = args.warmup, args.reps
+    if c.settings.get("turns_balanced"):  # the turns the comparison ran, not the ones asked
+        warmup, reps = balanced_turns(warmup, reps)
+    out = c.samples.assign(comparison=ident, turns=args.turns, reps=reps, warmup=warmup)
+    out.to_csv(path, mode="a", header=not path.exists() or path.stat().st_size == 0, index=False)
 
 
 def _upgrade_header(path: Path) -> None:
@@ -590,6 +631,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="small")
     p.add_argument("--dtypes", nargs="+", default=["f32", "f16", "q8_0", "q4_0"])
     p.add_argument("--reps", type=int, default=5, help="repetitions per process")
+    p.add_argument("--warmup", type=int, default=1, help="warm-up repetitions per process")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--gen-tokens", type=int, default=32)
     p.add_argument("--prompt-tokens", type=int, default=16)
@@ -604,6 +646,19 @@ def _parser() -> argparse.ArgumentParser:
         choices=MODES,
         default=DEFAULT_MODE,
         help="the comparison's mode (rtmatrix compare --mode; default: %(default)s)",
+    )
+    p.add_argument(
+        "--turns",
+        choices=PATTERNS,
+        default=DEFAULT_PATTERN,
+        help="alternate mode's turn pattern (rtmatrix compare --turns; default: %(default)s)",
+    )
+    p.add_argument(
+        "--samples",
+        metavar="FILE",
+        type=Path,
+        help="independent mode: append every counted repetition's PP/TG (cell, round, side, "
+        "position, repetition) of each comparison to this CSV, for spread studies",
     )
     p.add_argument("--json", metavar="FILE", help="write every cell comparison here")
     p.add_argument(
@@ -676,14 +731,21 @@ def main(argv: list[str] | None = None) -> int:
             c, wall = _one(args, matrix_path, cond, seed, Path(tmp) / "results")
             rows += _tally(tallies[cond], c, cond, wall)
             loads.append(os.getloadavg()[0])
+            rows_now = ledger_rows(c, cond, wall, loads[-1], args)
             if args.ledger:
-                append_ledger(args.ledger, ledger_rows(c, cond, wall, loads[-1], args), c)
+                append_ledger(args.ledger, rows_now, c)
+            if args.samples and rows_now:
+                append_samples(args.samples, c, str(rows_now[0]["comparison"]), args)
             print(
                 f"[{i + 1}/{len(order)}] {cond}: exit {c.code} ({c.outcome.headline}) "
                 f"in {wall:.0f} s, load {loads[-1]:.2f}",
                 file=sys.stderr,
                 flush=True,
             )
+            for cell in c.cells:  # an outcome mark: say why (which side, which rounds)
+                if cell.mark is not Mark.SAME:
+                    why = "; ".join(cell.reasons)
+                    print(f"    {cell.key} [{cell.mark.value}] {why}", file=sys.stderr)
     _report(tallies, loads)
     print(f"total wall time {time.monotonic() - t_start:.0f} s")
     if args.json:

@@ -478,6 +478,7 @@ def _compare_settings(args: argparse.Namespace) -> Any:
             _compare_pct(m, "--min-effect", positive=False) for m in args.min_effect or []
         ),
         mode=args.mode,
+        turns=args.turns,
     )
 
 
@@ -590,6 +591,7 @@ def _add_compare_cmd(sub: Any) -> None:
     from rtmatrix.results.comparison import DEFAULT_METRICS, EXIT_BAD_INPUT
     from rtmatrix.results.paired import DEFAULT_ALPHA, DEFAULT_ROUNDS
     from rtmatrix.runner.compare import DEFAULT_MODE, MODES
+    from rtmatrix.turns import DEFAULT_PATTERN, PATTERNS
 
     cmp = sub.add_parser(
         "compare",
@@ -649,6 +651,13 @@ def _add_compare_cmd(sub: Any) -> None:
         help="alternate: both processes loaded at once, their counted repetitions taking "
         "turns A B B A; sequential: one process after the other; duet: both at once, each "
         "pinned to its own CPUs (default: %(default)s; see above)",
+    )
+    cmp.add_argument(
+        "--turns",
+        choices=PATTERNS,
+        default=DEFAULT_PATTERN,
+        help="alternate mode's turn pattern: abba (the round's order, then reversed) or abab "
+        "(strict alternation) (default: %(default)s)",
     )
     cmp.add_argument("--results", default="results", help="side run files (default: %(default)s)")
     cmp.add_argument(

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import Any, ClassVar, Self
 
 #: version of the job/result/event documents; both sides must agree exactly
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 #: the teacher-forced logits a worker leaves beside its result (float32, positions x vocab)
 QUALITY_LOGITS = "quality_logits.npy"
 

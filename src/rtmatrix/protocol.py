@@ -31,8 +31,6 @@ from rtmatrix.numerics import StackReport
 __all__ = ["PROTOCOL_VERSION", "QUALITY_LOGITS", "Doc", "ProtocolError", "check_version"]
 
 
-
-
 @dataclass(frozen=True)
 class JobParams(_Doc):
     """The cell's parameters as the worker needs them."""
@@ -217,6 +215,43 @@ class SelfCheckProbe(_Doc):
     gaps: list[LogitGap] = field(default_factory=list)
 
 
+@dataclass
+class PowerRecord(_Doc):
+    """The worker's energy meter (:meth:`rtmatrix.metrics.power.PhaseMeter.info`): the sources
+    it opened, each with the devices it meters, or why none opened."""
+
+    _what: ClassVar[str] = "result.power"
+
+    #: the open sources' names joined by ``+``; None: no source opened (``reason``)
+    meter: str | None = None
+    #: per open source: name, source kind, devices, resolution and update interval
+    meters: list[dict[str, Any]] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    min_steps: int | None = None
+    #: every source tried, with why it did not open
+    tried: dict[str, str] = field(default_factory=dict)
+    reason: str | None = None
+    #: why the background polling thread could not start (phase edges only)
+    poll_thread: str | None = None
+
+
+@dataclass
+class ReferenceFigures(_Doc):
+    """A ``reference`` task's figures: the runtime's own benchmark tool's per-repetition PP and
+    TG (``ReferenceBenchmark``; a phase it did not report is empty), the tool's evidence
+    (tool, version, command, settings), and, when asked, the quality tool's figures."""
+
+    _what: ClassVar[str] = "result.reference"
+
+    pp_tps: list[float] = field(default_factory=list)
+    tg_tps: list[float] = field(default_factory=list)
+    #: the tool's own record (free-form per tool: ``tool``, ``tool_version``, ``command``, ...)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    #: the quality tool's figures (``kld_mean``, ``same_top_pct`` with uncertainties and its
+    #: evidence), or ``{"unavailable": reason}``; None: not asked
+    quality: dict[str, Any] | None = None
+
+
 class WorkerStatus(StrEnum):
     OK = "ok"
     ERROR = "error"
@@ -234,6 +269,8 @@ class WorkerResult(_Doc):
         "quality": QualityPass,
         "turns": TurnsRecord,
         "self_check": SelfCheckProbe,
+        "reference": ReferenceFigures,
+        "power": PowerRecord,
     }
     _what: ClassVar[str] = "result"
 
@@ -259,12 +296,12 @@ class WorkerResult(_Doc):
     stack_unavailable: str | None = None
     #: a lifecycle scenario's result (see rtmatrix.scenarios)
     scenario: dict[str, Any] | None = None
-    power: dict[str, Any] | None = None
+    #: the worker's energy meter (its sources and their devices, or why none opened)
+    power: PowerRecord | None = None
     #: how the counted repetitions took turns (``Job.turns``): gated count, why released
     turns: TurnsRecord | None = None
-    #: a ``reference`` task's figures: pp_tps / tg_tps samples and the tool's evidence, and
-    #: ``quality`` (the quality tool's figures, or ``{"unavailable": reason}``) when asked
-    reference: dict[str, Any] | None = None
+    #: a ``reference`` task's figures (the runtime's own benchmark and quality tools)
+    reference: ReferenceFigures | None = None
     #: the teacher-forced pass over ``Job.quality_ids`` (positions, wall time, tokenizer check)
     quality: QualityPass | None = None
     #: what the parent's self-checks need beyond the counted repetitions (prompt-cache probe,

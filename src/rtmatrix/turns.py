@@ -167,11 +167,21 @@ class TurnServer:
         self.folder.cleanup()
 
 
-def turn_order(order: str, reps: int) -> list[str]:
-    """ABBA: the round's order, then reversed, alternately, for ``reps`` pairs of turns."""
+#: the turn patterns: ``abba`` (the round's order, then reversed, alternately) and ``abab``
+#: (strict alternation: the round's order every time)
+PATTERNS = ("abba", "abab")
+DEFAULT_PATTERN = "abba"
+
+
+def turn_order(order: str, reps: int, pattern: str = DEFAULT_PATTERN) -> list[str]:
+    """``reps`` pairs of turns in ``pattern`` (:data:`PATTERNS`), starting in the round's
+    ``order``."""
+    if pattern not in PATTERNS:
+        msg = f"turn pattern {pattern!r}: expected one of {', '.join(PATTERNS)}"
+        raise ValueError(msg)
     out: list[str] = []
     for i in range(reps):
-        out += list(order if i % 2 == 0 else order[::-1])
+        out += list(order if i % 2 == 0 or pattern == "abab" else order[::-1])
     return out
 
 
@@ -182,6 +192,7 @@ def coordinate(
     running: Callable[[str], bool],
     arrive_s: float = DEFAULT_ARRIVE_S,
     turn_s: float = 600.0,
+    pattern: str = DEFAULT_PATTERN,
 ) -> dict[str, Any]:
     """Wait for both workers at their first turn, then grant ``reps`` turns each in ABBA order.
     ``running(name)``: whether that side's worker is still being supervised (a side that ended
@@ -198,7 +209,7 @@ def coordinate(
         if failure or time.monotonic() > deadline:
             failure = failure or f"the workers did not both arrive within {arrive_s:g} s"
             break
-    sequence = turn_order(order, reps) if failure is None else []
+    sequence = turn_order(order, reps, pattern) if failure is None else []
     for name in sequence:
         if not servers[name].turn(turn_s):
             failure = f"side {name.upper()}: {servers[name].failure}"

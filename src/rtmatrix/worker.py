@@ -26,9 +26,11 @@ from rtmatrix.protocol import (
     Job,
     LogitGap,
     PhaseEvent,
+    PowerRecord,
     ProbeRound,
     ProtocolError,
     QualityPass,
+    ReferenceFigures,
     Repetition,
     SelfCheckProbe,
     WorkerResult,
@@ -220,7 +222,7 @@ def _generate(
         if job.turns:
             result.turns = gate.evidence()
         if meter is not None:
-            result.power = meter.info()
+            result.power = PowerRecord.from_dict(meter.info(), "the power meter")
             meter.close()
     return meter
 
@@ -423,9 +425,10 @@ def run_reference(job: Job, events: Events) -> tuple[int, WorkerResult]:
         if not isinstance(cls, ReferenceBenchmark):
             msg = f"{job.adapter} offers no reference benchmark tool (ReferenceBenchmark)"
             raise RuntimeUnavailable(msg)
-        result.reference = cls.reference_benchmark(Path(job.model_path), job.params, job.options)
+        figures = cls.reference_benchmark(Path(job.model_path), job.params, job.options)
+        result.reference = ReferenceFigures.from_dict(figures, f"{job.adapter}.reference_benchmark")
         if job.anchor_base_path and job.quality_text is not None:
-            result.reference["quality"] = _reference_quality(cls, job)
+            result.reference.quality = _reference_quality(cls, job)
         result.status = "ok"
         return EXIT_OK, result
     except KeyboardInterrupt:

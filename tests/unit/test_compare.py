@@ -26,6 +26,7 @@ from rtmatrix.runner.compare import (
     CompareError,
     Settings,
     SideSpec,
+    balanced_turns,
     choose_k,
     choose_mode,
     counted_window,
@@ -197,3 +198,24 @@ def test_alternate_rounds_take_turns_and_every_turn_is_recorded(tmp_path: Path, 
         assert ev["alternate"]["alternated"] and ev["alternate"]["turns"] == {"a": 6, "b": 6}
     assert c.rounds["used"].all()
     assert any(n.startswith("alternate:") for n in c.notes)
+
+
+def test_balanced_turns_make_the_counted_repetitions_even_after_a_warm_up() -> None:
+    assert balanced_turns(1, 5) == (2, 4)  # the default: the same six turns
+    assert balanced_turns(1, 4) == (1, 4) and balanced_turns(2, 6) == (2, 6)
+    assert balanced_turns(0, 4) == (2, 2)
+    assert balanced_turns(1, 3) == (2, 2)
+    assert balanced_turns(1, 1) == (1, 1) and balanced_turns(0, 2) == (0, 2)  # as asked
+
+
+def test_balanced_turns_give_each_side_as_many_repetitions_after_its_own_turn() -> None:
+    from rtmatrix.turns import turn_order
+
+    for w, n in ((1, 5), (1, 4), (0, 6), (3, 7), (2, 8)):
+        bw, bn = balanced_turns(w, n)
+        seq = turn_order("ab", bw + bn)
+        after_self = {}
+        for side in "ab":
+            at = [i for i, s in enumerate(seq) if s == side][bw:]
+            after_self[side] = sum(i > 0 and seq[i - 1] == side for i in at)
+        assert after_self["a"] == after_self["b"], (w, n)

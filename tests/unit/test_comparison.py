@@ -17,6 +17,7 @@ from rtmatrix.results.comparison import (
     RoundRecord,
     round_value,
     rounds_table,
+    samples_table,
 )
 from rtmatrix.results.diff import Mark
 from rtmatrix.results.paired import PairedVerdict
@@ -179,3 +180,51 @@ def test_a_duet_round_that_did_not_overlap_is_skipped_and_says_why() -> None:
     table = rounds_table(recs)
     skipped = table[~table["used"]]
     assert set(skipped["round"]) == {3} and set(skipped["contended"]) == {"not-overlapped"}
+
+
+def test_a_warn_in_one_round_of_b_is_intermittent_noise_not_a_new_failure() -> None:
+    c = comparison(list(rounds_of(24, b_round={7: {"verdict": "WARN"}})))
+    (cell,) = c.cells
+    assert cell.mark is Mark.NOISE and c.code != EXIT_NEW_FAILURE
+    assert any("intermittent: B's verdict was worse in 1 of 24 rounds" in r for r in cell.reasons)
+
+
+def test_a_warn_in_every_round_or_most_rounds_of_b_is_a_new_failure() -> None:
+    every = comparison(list(rounds_of(2, b={"verdict": "WARN"})))  # consistent, even at K = 2
+    assert every.code == EXIT_NEW_FAILURE and every.cells[0].mark is Mark.NEW_FAILURE
+    most = comparison(list(rounds_of(24, b_round={r: {"verdict": "WARN"} for r in range(1, 8)})))
+    assert most.cells[0].mark is Mark.NEW_FAILURE
+    assert any("in 7 of 24 rounds (the other side 0" in r for r in most.cells[0].reasons)
+
+
+def test_the_intermittent_verdict_rule_is_calibrated_under_a_vs_a() -> None:
+    """Both sides WARN in each round with the same probability: the sign test flags a new
+    failure at most at its level (simulated, 400 comparisons of 24 rounds, flake rate 10 %: a
+    new failure needs A never to warn and B to warn in 5 or more rounds)."""
+    import numpy as np
+
+    from rtmatrix.results.comparison import VERDICT_ALPHA, _intermittent
+
+    rng = np.random.default_rng(5)
+    flagged = 0
+    for _ in range(400):
+        warn = rng.random((2, 24)) < 0.10
+        recs = {
+            side: [record(verdict="WARN" if w else "PASS") for w in warn[i]]
+            for i, side in enumerate("ab")
+        }
+        if warn[1].any() and not warn[0].any():  # B's worst is worse: a new failure
+            mark, _ = _intermittent(Mark.NEW_FAILURE, [], recs)
+            flagged += mark is Mark.NEW_FAILURE
+    # P(A never warns) x P(B warns in >= 5 of 24) = 0.080 x 0.085 = 0.7 %
+    assert flagged / 400 <= VERDICT_ALPHA
+
+
+def test_samples_table_has_one_row_per_counted_repetition_with_side_and_position() -> None:
+    recs = list(rounds_of(3))
+    table = samples_table(recs, ("pp_tps",))
+    n = len(recs[0].record["metrics"]["pp_tps"]["samples"])
+    assert len(table) == 3 * 2 * n and set(table["side"]) == {"a", "b"}
+    first = table[(table["round"] == 1) & (table["side"] == recs[0].side)]
+    assert list(first["rep"]) == list(range(n)) and set(first["position"]) == {recs[0].position}
+    assert first["value"].tolist() == recs[0].record["metrics"]["pp_tps"]["samples"]

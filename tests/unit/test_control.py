@@ -10,6 +10,7 @@ import pytest
 
 from rtmatrix.matrix import Cell, parse_matrix
 from rtmatrix.runner.control import Control, control_for, diagnose, log_at_crash, wants_control
+from rtmatrix.runner.record import complete
 from tests.unit.test_runner import HELPERS, run
 
 DECLARED = {
@@ -94,7 +95,7 @@ def test_an_ok_control_diagnoses_the_crash_and_names_the_log_lines_and_figures()
         "evidence": {"runtime_log_at_crash": {"matching": ["[info] fast path on", "[error] x"]}},
     }
     ctl = Control({"fast_path": False}, "the fast path", "fast path", "adapter")
-    diagnose(rec, ctl, _control_rec("ok"))
+    rec = complete(rec, [diagnose(rec, ctl, _control_rec("ok"))])
     assert rec["diagnosed"] is True and rec["outcome"]["status"] == "crash"
     reason = rec["verdict_reason"]
     assert "SIGSEGV in phase 'generate'" in reason and "fast path on" in reason
@@ -105,7 +106,8 @@ def test_an_ok_control_diagnoses_the_crash_and_names_the_log_lines_and_figures()
 
 def test_a_failing_control_says_the_setting_does_not_explain_the_crash() -> None:
     rec = _rec("crash") | {"verdict": "FAIL", "verdict_reason": "earlier"}
-    diagnose(rec, Control({"fast_path": False}, "", "", "adapter"), _control_rec("crash"))
+    ctl = Control({"fast_path": False}, "", "", "adapter")
+    rec = complete(rec, [diagnose(rec, ctl, _control_rec("crash"))])
     assert rec["diagnosed"] is False
     assert rec["verdict_reason"].startswith("earlier; ")
     assert "ends crash too: not explained by that setting" in rec["verdict_reason"]

@@ -10,7 +10,7 @@ from rtmatrix.metrics import cell, power
 from rtmatrix.metrics.power.attribute import ASSUMED_CPU
 from rtmatrix.metrics.power.metrics import ENERGY_KEYS
 from rtmatrix.outcome import Source
-from rtmatrix.protocol import Repetition, WorkerResult
+from rtmatrix.protocol import PowerRecord, Repetition, WorkerResult
 from tests.helpers.power import fake_sources
 
 
@@ -49,7 +49,9 @@ def test_a_cpu_cell_on_a_host_with_only_a_gpu_source_is_unavailable_naming_why(
     assert "but this cell ran on the CPU (assumed: the cell did not report its devices)" in unknown
     # the same through the parent's entry point, from a worker result
     result = WorkerResult(
-        status="ok", power=info, reps=[Repetition.from_dict(_rep(r)) for r in reps]
+        status="ok",
+        power=PowerRecord.from_dict(info),
+        reps=[Repetition.from_dict(_rep(r)) for r in reps],
     )
     via_cell = cell.power(result, cell_devices=("cpu",))
     assert via_cell["energy_per_token_j"].reason == reason

@@ -7,8 +7,8 @@ import pytest
 
 from rtmatrix.metrics.contention import ContentionReading
 from rtmatrix.outcome import Metric, Source
-from rtmatrix.protocol import QualityPass, WorkerResult
-from rtmatrix.runner.record import reference_metrics
+from rtmatrix.protocol import QualityPass, ReferenceFigures, WorkerResult
+from rtmatrix.runner.record import Addendum, complete, reference_metrics
 
 
 def _rec() -> dict[str, Any]:
@@ -22,7 +22,7 @@ def _rec() -> dict[str, Any]:
 
 def _ref() -> WorkerResult:
     evidence = {"tool": "llama-bench", "command": "llama-bench -m f", "tool_version": "v"}
-    data = {"pp_tps": [1000.0, 1000.0], "tg_tps": [100.0, 100.0], "evidence": evidence}
+    data = ReferenceFigures([1000.0, 1000.0], [100.0, 100.0], evidence)
     return WorkerResult(status="ok", reference=data)
 
 
@@ -31,8 +31,7 @@ def _busy(cores: float) -> ContentionReading:
 
 
 def test_reference_figures_and_ratios_carry_source_and_the_reference_runs_load() -> None:
-    rec = _rec()
-    reference_metrics(rec, _ref(), _busy(0.01))
+    rec = complete(_rec(), [reference_metrics(_rec(), _ref(), _busy(0.01))])
     m = rec["metrics"]
     assert m["tg_tps_reference"]["source"] == "reference-tool"
     assert m["tg_tps_reference"]["value"] == 100.0 and m["tg_reference_ratio"]["value"] == 0.9
@@ -42,15 +41,14 @@ def test_reference_figures_and_ratios_carry_source_and_the_reference_runs_load()
 
 
 def test_a_busy_reference_run_marks_its_ratio_contended() -> None:
-    rec = _rec()
-    reference_metrics(rec, _ref(), _busy(1.2))
+    rec = complete(_rec(), [reference_metrics(_rec(), _ref(), _busy(1.2))])
     assert rec["metrics"]["tg_reference_ratio"]["contended"] is True
     assert rec["metrics"]["tg_tps_reference"]["contended"] is True
 
 
 def test_a_failed_reference_is_unavailable_with_its_reason() -> None:
-    rec = _rec()
-    reference_metrics(rec, WorkerResult(status="unavailable", message="not built"), None)
+    failed = WorkerResult(status="unavailable", message="not built")
+    rec = complete(_rec(), [reference_metrics(_rec(), failed, None)])
     for key in ("pp_tps_reference", "tg_tps_reference", "pp_reference_ratio"):
         assert rec["metrics"][key]["value"] is None
         assert rec["metrics"][key]["reason"] == "not built"
@@ -83,8 +81,8 @@ def _with_quality(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     rec["metrics"]["kld_mean"] = kld.to_dict()
     ref = _ref()
     assert ref.reference is not None
-    ref.reference["quality"] = tool
-    reference_metrics(rec, ref, None)
+    ref.reference.quality = tool
+    rec = complete(rec, [reference_metrics(rec, ref, None)])
     return rec["metrics"], ref.reference
 
 
@@ -130,3 +128,20 @@ def test_a_tool_kld_below_its_printed_resolution_gives_no_ratio() -> None:
     assert m["kld_reference_ratio"]["value"] is None
     assert "prints 6 decimals" in m["kld_reference_ratio"]["reason"]
     assert m["same_top_reference_diff"]["value"] == pytest.approx(-20.0)
+
+
+def test_complete_merges_addenda_once_without_changing_the_record() -> None:
+    rec = _rec() | {"verdict_reason": "first"}
+    before = {k: (dict(v) if isinstance(v, dict) else v) for k, v in rec.items()}
+    out = complete(
+        rec,
+        [
+            Addendum(fields={"attempts": {"n": 2}}, reasons=("second",)),
+            Addendum(metrics={"x": {"value": 1}}, evidence={"tool": "t"}, reasons=("third",)),
+        ],
+    )
+    assert rec == before  # the record the decisions read is not written
+    assert out["attempts"] == {"n": 2} and out["metrics"]["x"] == {"value": 1}
+    assert out["evidence"]["tool"] == "t"
+    assert out["verdict_reason"] == "first; second; third"
+    assert complete(rec, []) == rec

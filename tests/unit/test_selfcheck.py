@@ -201,11 +201,11 @@ def test_checks_round_trip_and_a_cell_without_repetitions_says_why() -> None:
     assert SelfChecks.from_dict(checks.to_dict()) == checks
 
 
-def test_the_probe_travels_in_the_result_of_protocol_6() -> None:
+def test_the_probe_travels_in_the_result() -> None:
     probe = SelfCheckProbe(loop="engine", banned=[2], rounds=[ProbeRound([0.2], [0.1])],
                            gaps=[LogitGap(1, 2, 7, 9, 0.5)])  # fmt: skip
     data = WorkerResult(status="ok", self_check=probe).to_dict()
-    assert PROTOCOL_VERSION == 6 and data["protocol"] == 6
+    assert data["protocol"] == PROTOCOL_VERSION
     back = WorkerResult.parse(data, "result")
     assert back.self_check == probe
 

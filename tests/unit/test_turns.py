@@ -6,12 +6,21 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from rtmatrix.turns import TurnGate, TurnServer, coordinate, turn_order
 
 
 def test_turn_order_is_abba() -> None:
     assert turn_order("ab", 3) == list("abbaab")
     assert turn_order("ba", 2) == list("baab")
+
+
+def test_turn_order_strict_alternation_and_unknown_pattern() -> None:
+    assert turn_order("ab", 3, "abab") == list("ababab")
+    assert turn_order("ba", 2, "abab") == list("baba")
+    with pytest.raises(ValueError, match="turn pattern 'aabb'"):
+        turn_order("ab", 2, "aabb")
 
 
 def _worker(path: str, name: str, reps: int, log: list[str], lock: threading.Lock) -> TurnGate:

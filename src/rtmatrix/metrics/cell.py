@@ -158,4 +158,5 @@ def power(
 
     if result is None:
         return power_metrics(None, [])
-    return power_metrics(result.power, [r.to_dict() for r in result.reps], cell_devices)
+    info = result.power.to_dict() if result.power is not None else None
+    return power_metrics(info, [r.to_dict() for r in result.reps], cell_devices)

@@ -65,6 +65,7 @@ SIDES = ("a", "b")
 ROUND_TABLE_COLUMNS = (
     "cell", "metric", "round", "a", "b", "unit", "order", "n_a", "n_b", "contended", "used",
 )  # fmt: skip
+SAMPLE_TABLE_COLUMNS = ("cell", "metric", "round", "side", "position", "rep", "value")
 PROCESS_TABLE_COLUMNS = (
     "cell", "round", "side", "position", "status", "verdict", "contended", "host_busy_cores",
     "wall_s",
@@ -160,6 +161,29 @@ def rounds_table(records: Iterable[RoundRecord]) -> pd.DataFrame:
     return frame.astype({"round": int, "used": bool})
 
 
+def _samples(metric: MetricRecord | None) -> list[float]:
+    found = metric.get("samples") if metric else None
+    return [float(v) for v in found] if isinstance(found, list) else []
+
+
+def samples_table(
+    records: Iterable[RoundRecord], metrics: Sequence[str] = DEFAULT_METRICS
+) -> pd.DataFrame:
+    """One row per counted repetition of each process's ``metrics`` (the ``samples`` behind
+    its round value): which cell, round, side, its position in the round's order and the
+    repetition's index. For studies of where a round's spread comes from
+    (``benchmarks/compare_quality.py --samples``); not judged."""
+    rows = [
+        {"cell": r.key, "metric": m, "round": r.round, "side": r.side, "position": r.position,
+         "rep": i, "value": float(v)}
+        for r in records
+        if _ok(r.record)
+        for m in metrics
+        for i, v in enumerate(_samples(r.record["metrics"].get(m)))
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=list(SAMPLE_TABLE_COLUMNS))
+
+
 def processes_table(records: Iterable[RoundRecord]) -> pd.DataFrame:
     rows = [
         {
@@ -238,10 +262,48 @@ def worst(recs: Sequence[CellRecord]) -> CellRecord:
     return max(recs, key=outcome_rank)
 
 
+#: the one-sided sign test's level for a verdict that changed in some rounds only
+VERDICT_ALPHA = 0.05
+
+
+def _intermittent(
+    mark: Mark, reasons: list[str], recs: Mapping[str, Sequence[CellRecord]]
+) -> tuple[Mark, list[str]]:
+    """A verdict that got worse (or better) in some rounds only, every process of both sides
+    ending ok (a self-check's or a timing check's WARN, never a crash): a paired sign test over
+    the rounds (``scipy.stats.binomtest``, one-sided) — the side worse in more rounds than
+    chance allows keeps the mark; otherwise the cell is marked noise (``~``) with the counts.
+    A change seen in every round is kept whatever the number of rounds (a consistent change is
+    not intermittent); a status change (crash, error) is never tested."""
+    from scipy import stats  # imported here: ~2 s (see rtmatrix.results.paired)
+
+    pairs = list(zip(recs["a"], recs["b"], strict=False))
+    if len(pairs) < 2 or not all(_ok(x) and _ok(y) for x, y in pairs):
+        return mark, reasons
+    b_worse = sum(outcome_rank(y) > outcome_rank(x) for x, y in pairs)
+    a_worse = sum(outcome_rank(x) > outcome_rank(y) for x, y in pairs)
+    moved, other = (b_worse, a_worse) if mark is Mark.NEW_FAILURE else (a_worse, b_worse)
+    if moved == len(pairs) or moved + other == 0:
+        return mark, reasons
+    p = float(stats.binomtest(moved, moved + other, 0.5, alternative="greater").pvalue)
+    if p <= VERDICT_ALPHA:
+        return mark, [*reasons, f"in {moved} of {len(pairs)} rounds (the other side "
+                      f"{other}; sign test p = {p:.3g})"]  # fmt: skip
+    worse = "B" if mark is Mark.NEW_FAILURE else "A"
+    text = (
+        f"intermittent: {worse}'s verdict was worse in {moved} of {len(pairs)} rounds, the "
+        f"other side's in {other}; not shown to be more frequent (one-sided sign test p = "
+        f"{p:.2f} > {VERDICT_ALPHA}); each round's record keeps its verdict"
+    )
+    return Mark.NOISE, [*reasons, text]
+
+
 def judge_cell(key: str, recs: Mapping[str, Sequence[CellRecord]], rounds: int) -> CellResult:
     """``recs``: side -> the cell's records over the rounds, in round order."""
     wa, wb = worst(recs["a"]), worst(recs["b"])
     mark, reasons = outcome_mark(wa, wb)
+    if mark in (Mark.NEW_FAILURE, Mark.FIXED):
+        mark, reasons = _intermittent(mark, reasons, recs)
     outcomes = {s: _counts(recs[s]) for s in SIDES}
     mixed = [s for s in SIDES if len(outcomes[s]) > 1]
     if mark is not Mark.SAME and mixed:
@@ -362,6 +424,10 @@ class Comparison:
     explanations: dict[str, Explanation]
     outcome: Outcome
     notes: list[str] = field(default_factory=list)
+    #: every counted repetition's value (:func:`samples_table`); not serialized
+    samples: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=list(SAMPLE_TABLE_COLUMNS))
+    )
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
 
     @property
@@ -546,6 +612,7 @@ def build(
         cells=cells,
         rounds=rounds,
         processes=processes_table(records),
+        samples=samples_table(records, metrics),
         paired=paired,
         explanations=explanations,
         outcome=outcome,

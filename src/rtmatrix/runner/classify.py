@@ -68,9 +68,7 @@ class CellOutcome:
         return replace(self, status=status, message=message)
 
 
-def not_run(
-    status: Status, phase: str, message: str, charged_to: str | None = None
-) -> CellOutcome:
+def not_run(status: Status, phase: str, message: str, charged_to: str | None = None) -> CellOutcome:
     """The outcome of a cell that ended before a worker was started."""
     return CellOutcome(status=status, message=message, phase=phase, process=False,
                        charged_to=charged_to)  # fmt: skip

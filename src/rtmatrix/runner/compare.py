@@ -84,7 +84,7 @@ from rtmatrix.results.records import CellRecord, evidence_of, value_of
 from rtmatrix.runner import process
 from rtmatrix.runner.orchestrate import RunContext, plan_cells, run_cell
 from rtmatrix.runner.record import new_record
-from rtmatrix.turns import TurnServer, coordinate
+from rtmatrix.turns import DEFAULT_PATTERN, PATTERNS, TurnServer, coordinate
 
 Progress = Callable[[str], None]
 PROBE_TIMEOUT_S = 120
@@ -154,6 +154,8 @@ class Settings:
     #: "alternate" (both processes at once, their counted repetitions taking turns),
     #: "sequential" (one after the other) or "duet" (both at once, each on its own CPUs)
     mode: str = DEFAULT_MODE
+    #: an alternate comparison's turn pattern (:data:`rtmatrix.turns.PATTERNS`)
+    turns: str = DEFAULT_PATTERN
 
     def criteria(self) -> dict[str, Criterion]:
         def pick(table: Mapping[str, float], metric: str) -> float | None:
@@ -440,7 +442,13 @@ class Rounds:
             }
             try:
                 info = coordinate(
-                    servers, order, reps, lambda n: not futures[n].done(), timeout, timeout
+                    servers,
+                    order,
+                    reps,
+                    lambda n: not futures[n].done(),
+                    timeout,
+                    timeout,
+                    self.settings.turns,
                 )
             except BaseException:
                 _settle(futures)
@@ -572,6 +580,46 @@ def _sample_turns_finely(sides: Mapping[str, Side], keys: Sequence[str]) -> None
             )
 
 
+def balanced_turns(warmup: int, counted: int) -> tuple[int, int]:
+    """ABBA turns with as many counted repetitions of each side right after its own turn:
+    (warm-up, counted) with at least one warm-up and an even count, made by turning the first
+    counted repetitions into warm-ups (the total of turns is unchanged); as asked when that
+    leaves fewer than two counted.
+
+    In A B B A order the side first in the round's order follows itself at its turns 2, 4, ...
+    and the other at its turns 1, 3, ... (0-based), so over an even count from turn 1 on each
+    side has as many of each. With an odd count the side second in the order has one more:
+    measured at the default shape (llama.cpp ``small`` f32, 2 threads, p128) a prefill right
+    after the same process's turn ran ~12 % faster than one after the other process's, which
+    made PP's per-round spread ~1.5 x what the balanced count gives (``benchmarks/pp_spread.py``;
+    TG showed no such effect)."""
+    w, n = warmup, counted
+    while (w < 1 or n % 2) and n > 2:
+        w, n = w + 1, n - 1
+    return (w, n) if w >= 1 and n % 2 == 0 else (warmup, counted)
+
+
+def _balance_turns(sides: Mapping[str, Side], keys: Sequence[str]) -> str:
+    """Apply :func:`balanced_turns` to every cell of an ABBA comparison; what changed, in words
+    (empty when nothing did)."""
+    said: set[str] = set()
+    for side in sides.values():
+        for key in keys:
+            cell = side.cells[key]
+            w, n = int(cell.run["warmup"]), int(cell.run["repetitions"])
+            bw, bn = balanced_turns(w, n)
+            if (bw, bn) != (w, n):
+                run = dict(cell.run) | {"warmup": bw, "repetitions": bn}
+                side.cells[key] = dataclasses.replace(cell, run=run)
+                said.add(f"{bn} counted after {bw} warm-up(s) where {n} after {w} were asked")
+    if not said:
+        return ""
+    return (
+        f"; {', '.join(sorted(said))}: an even count, so each side's counted repetitions "
+        "follow its own turn as often as the other's"
+    )
+
+
 def _shared_keys(sides: Mapping[str, Side], progress: Progress) -> list[str]:
     a, b = sides["a"], sides["b"]
     for side, other in ((a, b), (b, a)):
@@ -619,11 +667,19 @@ def run_comparison(
     if settings.mode not in MODES:
         msg = f"mode {settings.mode!r}: expected one of {', '.join(MODES)}"
         raise CompareError(msg)
+    if settings.turns not in PATTERNS:
+        msg = f"turns {settings.turns!r}: expected one of {', '.join(PATTERNS)}"
+        raise CompareError(msg)
     threads = [int(side.cells[k].params["threads"]) for side in sides.values() for k in keys]
     blocks, mode_how = choose_mode(settings.mode, threads, os.sched_getaffinity(0))
     alternate = settings.mode == "alternate"
+    balanced = ""
     if alternate:
         _sample_turns_finely(sides, keys)
+        mode_how += f", {settings.turns.upper()} turns"
+        if settings.turns == "abba":
+            balanced = _balance_turns(sides, keys)
+            mode_how += balanced
     rounds = Rounds(sides, keys, settings, progress, blocks=blocks, alternate=alternate)
     rounds.k = (settings.rounds or DEFAULT_ROUNDS) if settings.budget_s is None else 0
     progress(f"rtmatrix compare: {len(keys)} cell(s), A = {a.python}, B = {b.python}")
@@ -640,6 +696,7 @@ def run_comparison(
         "k_how": rounds.k_how,
         "mode_used": settings.mode,
         "mode_how": mode_how,
+        "turns_balanced": bool(balanced),
         "matrix": str(matrix.path),
         "round_s": rounds.round_s,
         "runs": {name: str(p) for name, p in paths.items()},

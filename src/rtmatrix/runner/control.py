@@ -11,12 +11,14 @@ settings go into ``control``, ``diagnosed`` says whether the control ran ok, and
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rtmatrix.matrix import Cell, options_text
 from rtmatrix.names import M
 from rtmatrix.outcome import Expect
+from rtmatrix.runner.record import Addendum
 
 #: generic words of a runtime's log that say what it was doing when it died
 _GENERIC = r"error|fail|abort|assert|warn|buffer size"
@@ -81,7 +83,7 @@ def log_at_crash(lines: list[str], pattern: str, keep: int = 60) -> dict[str, An
     }
 
 
-def _named_lines(rec: dict[str, Any], pattern: str) -> list[str]:
+def _named_lines(rec: Mapping[str, Any], pattern: str) -> list[str]:
     if not pattern:
         return []
     found = (rec.get("evidence") or {}).get("runtime_log_at_crash") or {}
@@ -98,12 +100,10 @@ def _figures(ctl: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None:
-    """Put the control's record into the crashed cell's and say what it shows."""
+def diagnose(rec: Mapping[str, Any], control: Control, ctl: dict[str, Any]) -> Addendum:
+    """The control's record for the crashed cell's, and what it shows."""
     out, c_out = rec["outcome"], ctl["outcome"]
     ok = c_out["status"] == "ok"
-    rec["diagnosed"] = ok
-    rec["control"] = _control_record(control, ctl)
     what = control.explains or control.text()
     said = _named_lines(rec, control.log_pattern)
     log = f"; its log names the path: {' | '.join(s.strip() for s in said)}" if said else ""
@@ -114,10 +114,8 @@ def diagnose(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None
     else:
         tail = (f"the control with {control.text()} ends {c_out['status']} too: not explained "
                 "by that setting")  # fmt: skip
-    reason = f"{head}; {tail}"
-    rec["verdict_reason"] = (
-        f"{rec['verdict_reason']}; {reason}" if rec.get("verdict_reason") else reason
-    )
+    fields = {"diagnosed": ok, "control": _control_record(control, ctl)}
+    return Addendum(fields=fields, reasons=(f"{head}; {tail}",))
 
 
 def numerics_control_for(cell: Cell, rec: dict[str, Any]) -> Control | None:
@@ -162,14 +160,14 @@ def _control_record(control: Control, ctl: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def diagnose_numerics(rec: dict[str, Any], control: Control, ctl: dict[str, Any]) -> None:
-    """Put the numerics control's record into the cell's (``numerics_control``) and say what
-    it shows: the precision the runtime chose, and whether the requested one holds when asked."""
+def diagnose_numerics(rec: Mapping[str, Any], control: Control, ctl: dict[str, Any]) -> Addendum:
+    """The numerics control's record for the cell's (``numerics_control``) and what it shows:
+    the precision the runtime chose, and whether the requested one holds when asked."""
     judged = (rec.get("parity") or {}).get("numerics") or {}
     ok = ctl["outcome"]["status"] == "ok"
     ctl_judged = (ctl.get("parity") or {}).get("numerics") or {}
     exact = ok and not ctl_judged.get("downgraded")
-    rec["numerics_control"] = _control_record(control, ctl) | {"diagnosed": ok}
+    fields = {"numerics_control": _control_record(control, ctl) | {"diagnosed": ok}}
     dtype = str(judged.get("requested") or "the requested dtype")
     if judged.get("downgraded"):
         ran = f"{judged.get('judged_as')} by default ({judged.get('reason')})"
@@ -183,6 +181,4 @@ def diagnose_numerics(rec: dict[str, Any], control: Control, ctl: dict[str, Any]
     else:
         reason = (f"not diagnosed: {ran}; the control with {control.text()} ends "
                   f"{ctl['outcome']['status']} too")  # fmt: skip
-    rec["verdict_reason"] = (
-        f"{rec['verdict_reason']}; {reason}" if rec.get("verdict_reason") else reason
-    )
+    return Addendum(fields=fields, reasons=(reason,))

@@ -40,9 +40,11 @@ from rtmatrix.runner.control import (
 )
 from rtmatrix.runner.pool import pool
 from rtmatrix.runner.record import (
+    Addendum,
     Finished,
     base_record,
     cell_record,
+    complete,
     new_record,
     progress_line,
     reference_metrics,
@@ -267,21 +269,24 @@ def _attempts(
         busy.append(rec["metrics"]["host_busy_cores"]["value"])
         if not rec["contended"] or len(busy) > retries:
             break
+    # what the steps below add is read from rec and merged into it once, at the end
+    addenda: list[Addendum] = []
     if len(busy) > 1:
-        rec["attempts"] = {"n": len(busy), "host_busy_cores": busy}
+        addenda.append(Addendum(fields={"attempts": {"n": len(busy), "host_busy_cores": busy}}))
     control = control_for(cell, ctx.describe[cell.runtime])
     if control is not None and wants_control(cell, rec):
         with tempfile.TemporaryDirectory(prefix="rtmatrix-control-") as tmp:
             fin = _supervise(ctx, control.cell(cell), fx, Path(tmp), cgroup, text)
-            diagnose(rec, control, cell_record(fin, base, dist))
+            addenda.append(diagnose(rec, control, cell_record(fin, base, dist)))
     numerics = numerics_control_for(cell, rec)
     if numerics is not None:  # computed below the requested precision, or parity failed
         with tempfile.TemporaryDirectory(prefix="rtmatrix-numerics-") as tmp:
             fin = _supervise(ctx, numerics.cell(cell), fx, Path(tmp), cgroup, text)
-            diagnose_numerics(rec, numerics, cell_record(fin, base, dist))
+            addenda.append(diagnose_numerics(rec, numerics, cell_record(fin, base, dist)))
     if _wants_reference(ctx, cell, rec):
-        reference_metrics(rec, *_reference(ctx, cell, fx, _anchor(ctx, cell, rec, text)))
-    return rec
+        ref = _reference(ctx, cell, fx, _anchor(ctx, cell, rec, text))
+        addenda.append(reference_metrics(rec, *ref))
+    return complete(rec, addenda)
 
 
 def _anchor(
@@ -345,7 +350,7 @@ def _reference(
     busy = lau.cpu.reading(lau.spawned, lau.spawned + lau.wall_s, threshold) if lau.cpu else None
     if read.result is not None:
         if isinstance(anchor, str) and read.result.reference is not None:
-            read.result.reference["quality"] = {"unavailable": anchor}
+            read.result.reference.quality = {"unavailable": anchor}
         return read.result, busy
     why = classify(lau, None, "reference", 0, None, problem=read.problem).message
     return WorkerResult(status="error", phase="reference", message=f"reference tool: {why}"), busy

@@ -1,11 +1,17 @@
 """Record building: a finished cell (process evidence + typed worker result) -> its JSON record,
-and the run record's header."""
+and the run record's header.
+
+A cell's record is built once: :func:`cell_record` from the cell's own run, then the steps the
+orchestrator takes after it (another attempt of a contended cell, the adapter's and the numerics
+control, the runtime's own benchmark tool) each return an :class:`Addendum` — what they add,
+read from the record but never written into it — and :func:`complete` merges them into the
+final record in one place (:func:`rtmatrix.runner.orchestrate.run_cell`)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -372,6 +378,40 @@ def stack_for(
     return stack.build(draft, {"distribution": distribution}, report, why)
 
 
+@dataclass(frozen=True)
+class Addendum:
+    """What one step after the cell's own run adds to its record: top-level fields (``control``,
+    ``diagnosed``, ``numerics_control``, ``attempts``), metrics, evidence entries, and the
+    sentences appended to ``verdict_reason``."""
+
+    fields: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    reasons: tuple[str, ...] = ()
+
+
+def complete(rec: Mapping[str, Any], addenda: Sequence[Addendum]) -> dict[str, Any]:
+    """The final record: ``rec`` (from :func:`cell_record`, not changed) with every addendum
+    merged in order."""
+    out = dict(rec)
+    if not addenda:
+        return out
+    metrics = dict(rec.get("metrics") or {})
+    evidence = dict(rec.get("evidence") or {})
+    reasons = [str(rec["verdict_reason"])] if rec.get("verdict_reason") else []
+    for add in addenda:
+        out |= add.fields
+        metrics |= add.metrics
+        evidence |= add.evidence
+        reasons += add.reasons
+    out["metrics"] = metrics
+    if evidence or "evidence" in rec:
+        out["evidence"] = evidence
+    if reasons:
+        out["verdict_reason"] = "; ".join(reasons)
+    return out
+
+
 def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -> dict[str, Any]:
     """The finished cell's record: outcome (refined by parity), verdict, metrics, evidence."""
     par = parity_for(fin)
@@ -398,9 +438,9 @@ def cell_record(fin: Finished, base: dict[str, Any], distribution: str | None) -
         outcome = replace(outcome, runtime_version=fin.result.runtime_version)
     record = dict(base)
     if fin.fixture is not None:
-        record["fixture"] = record["fixture"] | fin.fixture.to_dict() | {
-            "scenario": fin.cell.fixture.scenario
-        }
+        record["fixture"] = (
+            record["fixture"] | fin.fixture.to_dict() | {"scenario": fin.cell.fixture.scenario}
+        )
     busy = contention(fin)
     fin.metrics |= _contention_metrics(busy)
     evidence = _evidence(fin)
@@ -485,43 +525,45 @@ def generated_text(model: str, tokens: list[int]) -> dict[str, Any]:
 
 
 def reference_metrics(
-    rec: dict[str, Any], ref: WorkerResult, busy: ContentionReading | None = None
-) -> None:
-    """Add the runtime's own benchmark figures (``*_tps_reference``, source reference-tool) and
-    the harness ÷ tool ratios to a finished cell's record; unavailable with the reason. The
-    tool runs after the cell: how busy the host was meanwhile goes with its figures and the
-    ratios (``contended``: a ratio from a busy reference run is not a finding)."""
+    rec: Mapping[str, Any], ref: WorkerResult, busy: ContentionReading | None = None
+) -> Addendum:
+    """The runtime's own benchmark figures (``*_tps_reference``, source reference-tool) and the
+    harness ÷ tool ratios for a finished cell's record; unavailable with the reason. The tool
+    runs after the cell: how busy the host was meanwhile goes with its figures and the ratios
+    (``contended``: a ratio from a busy reference run is not a finding)."""
     data = ref.reference if ref.status == "ok" else None
     load = {
         "reference_host_busy_cores": busy.busy_cores if busy else None,
         "contended": bool(rec.get("contended")) or bool(busy and busy.contended),
     }
     why = ref.message or "the reference tool reported nothing"
-    m = rec["metrics"]
+    ours_m: Mapping[str, Any] = rec["metrics"]
+    m: dict[str, dict[str, Any]] = {}
     for phase, key, ref_key, ratio_key in (
         ("pp", M.PP_TPS, M.PP_TPS_REFERENCE, M.PP_REFERENCE_RATIO),
         ("tg", M.TG_TPS, M.TG_TPS_REFERENCE, M.TG_REFERENCE_RATIO),
     ):
-        samples = (data or {}).get(f"{phase}_tps") or []
-        if not samples:
+        samples = (data.pp_tps if phase == "pp" else data.tg_tps) if data else []
+        if data is None or not samples:
             reason = why if data is None else f"the tool reported no {phase} test"
             m[ref_key] = Metric.unavailable("tokens/s", reason).to_dict()
             m[ratio_key] = Metric.unavailable("ratio", reason).to_dict()
             continue
         ref_metric = Metric.measured(samples, "tokens/s", Source.REFERENCE_TOOL,
-                                     **(data or {}).get("evidence", {}), **load)  # fmt: skip
+                                     **data.evidence, **load)  # fmt: skip
         m[ref_key] = ref_metric.to_dict()
-        ours = m.get(key, {}).get("value")
+        ours = ours_m.get(key, {}).get("value")
         m[ratio_key] = (
             Metric(ours / ref_metric.value, "ratio", Source.HARNESS_CLOCK,
                    detail={"method": f"{key} median / {ref_key} median", **load}).to_dict()
             if isinstance(ours, int | float) and isinstance(ref_metric.value, int | float)
             else Metric.unavailable("ratio", f"no {key} figure in this cell").to_dict()
         )  # fmt: skip
-    if data is not None:
-        rec["evidence"]["reference_tool"] = data.get("evidence", {})
-    if data is not None and "quality" in data:
-        m |= {str(k): v.to_dict() for k, v in quality_reference(m, data["quality"]).items()}
+    evidence = {"reference_tool": data.evidence} if data is not None else {}
+    if data is not None and data.quality is not None:
+        merged = {**ours_m, **m}
+        m |= {str(k): v.to_dict() for k, v in quality_reference(merged, data.quality).items()}
+    return Addendum(metrics=m, evidence=evidence)
 
 
 #: llama-perplexity prints its mean KLD with 6 decimals: below this, fewer than 2 digits

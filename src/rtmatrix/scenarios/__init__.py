@@ -146,8 +146,9 @@ def scenario_metrics(name: str, result: dict[str, Any]) -> dict[str, Metric]:
     for key, unit, reason in spec.unmeasured:
         out[key.value] = Metric.unavailable(unit, reason)
     impl = spec.impl()
-    out |= impl.metrics(result)
-    out[M.LIFECYCLE_CHECKS.value] = lifecycle_metric(spec, impl.result.from_dict(result))
+    typed = impl.read(result)
+    out |= impl.metrics(typed)
+    out[M.LIFECYCLE_CHECKS.value] = lifecycle_metric(spec, typed)
     return out
 
 

@@ -524,8 +524,7 @@ NO_CYCLE = "no cancel cycle finished"
 PHASES = ("during", "after_close", "after_release")
 
 
-def metrics(result: dict[str, Any]) -> dict[str, Metric]:
-    res = CancelResult.from_dict(result)
+def metrics(res: CancelResult) -> dict[str, Metric]:
     out: dict[str, Metric] = {}
     for mode, data in (res.modes or {}).items():
         pre = f"cancel_{mode}"

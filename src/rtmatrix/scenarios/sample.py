@@ -402,8 +402,7 @@ def constrained_checks(con: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # -- metrics -----------------------------------------------------------------------------------
-def metrics(result: dict[str, Any]) -> dict[str, Metric]:
-    res = SampleResult.from_dict(result)
+def metrics(res: SampleResult) -> dict[str, Metric]:
     clk = Source.HARNESS_CLOCK
     out: dict[str, Metric] = {}
     checks = {c["name"]: c for c in res.checks or []}

@@ -585,8 +585,7 @@ CLK = Source.HARNESS_CLOCK
 NOT_IDLE = "the slots were not all idle within the wait"
 
 
-def metrics(result: dict[str, Any]) -> dict[str, Metric]:
-    res = ServeResult.from_dict(result)
+def metrics(res: ServeResult) -> dict[str, Metric]:
     out = startup_metrics(res) | endpoint_metrics(res.endpoints or {})
     for n, rounds in (res.levels or {}).items():
         out |= level_metrics(n, rounds)

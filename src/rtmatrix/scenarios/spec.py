@@ -9,7 +9,8 @@ of the parent's, the typed result and the typed options with their defaults.
 
 A scenario's result is a dataclass (:class:`ScenarioResult`); its dict form
 (:meth:`ScenarioResult.to_dict`) is what crosses the worker -> parent boundary
-(``WorkerResult.scenario``), and ``metrics`` reads it back with :meth:`ScenarioResult.from_dict`.
+(``WorkerResult.scenario``); the parent reads it back once (:meth:`ScenarioImpl.read`) and
+hands the typed result to ``metrics``.
 Nothing here imports a runtime.
 """
 
@@ -20,7 +21,7 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from rtmatrix.metrics.registry import MetricFamily
 from rtmatrix.names import M, Scenario
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 Mark = Callable[[str, float], None]
 #: the worker's half: adapter, job, prompt ids, banned ids, mark -> the typed result
 RunFn = Callable[["Adapter", "Job", list[int], list[int], Mark], "ScenarioResult"]
-#: the parent's half: the result's dict form -> the scenario's metrics
-MetricsFn = Callable[[dict[str, Any]], dict[str, "Metric"]]
 
 _ABSENT = "absent_when_none"
 #: the metadata of a result field that the dict form leaves out while it is None (a phase that
@@ -116,17 +115,27 @@ class ScenarioOptions(ABC):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
 
 
+R = TypeVar("R", bound=ScenarioResult)
+#: the parent's half: the scenario's own typed result -> its metrics
+MetricsFn = Callable[[R], dict[str, "Metric"]]
+
+
 @dataclass(frozen=True)
-class ScenarioImpl:
+class ScenarioImpl(Generic[R]):
     """A scenario's implementation, its module's ``IMPL``: the worker's ``run`` and the
-    parent's ``metrics``, the typed result whose dict form crosses between them, the typed
-    options with their defaults (None: the scenario takes none of its own)."""
+    parent's ``metrics`` over the typed result whose dict form crosses between them (read back
+    once, by :meth:`read`), the typed options with their defaults (None: the scenario takes
+    none of its own)."""
 
     name: Scenario
     run: RunFn
-    metrics: MetricsFn
-    result: type[ScenarioResult]
+    metrics: MetricsFn[R]
+    result: type[R]
     options: type[ScenarioOptions] | None = None
+
+    def read(self, data: Mapping[str, Any]) -> R:
+        """The typed result of the dict form the worker sent (``WorkerResult.scenario``)."""
+        return self.result.from_dict(data)
 
 
 @dataclass(frozen=True)
@@ -190,9 +199,9 @@ class ScenarioSpec:
         fn: Callable[..., Any] = getattr(importlib.import_module(module), name)
         return fn
 
-    def impl(self) -> ScenarioImpl:
+    def impl(self) -> ScenarioImpl[Any]:
         """The implementation (its module imported now)."""
-        impl: ScenarioImpl = importlib.import_module(self.module).IMPL
+        impl: ScenarioImpl[Any] = importlib.import_module(self.module).IMPL
         if impl.name is not self.name:
             msg = f"{self.module}.IMPL implements {impl.name.value!r}, not {self.name.value!r}"
             raise RuntimeError(msg)

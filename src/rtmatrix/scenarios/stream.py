@@ -266,10 +266,9 @@ def findings(reps: list[StreamRep], n_gen: int) -> list[str]:
     return out
 
 
-def metrics(result: dict[str, Any]) -> dict[str, Metric]:
-    res = StreamResult.from_dict(result)
+def metrics(res: StreamResult) -> dict[str, Metric]:
     reps = [r for r in res.reps if r.get("counted")]
-    api = "?" if "api" not in result else res.api
+    api = res.api if res.api is not None else "?"
     out = timing_metrics(reps, api, res.max_tokens)
     out |= gap_metrics(reps)
     before = res.state_before or {}
