@@ -16,7 +16,10 @@ Ground level: nothing here imports a runtime; the types travel in the worker's r
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, ClassVar
 
 from rtmatrix.doc import Doc
@@ -35,8 +38,34 @@ _ALIASES = {
 }  # fmt: skip
 #: the requested dtypes a downgrade is judged for (a quantized file already has its tolerance)
 FLOAT_DTYPES = ("f32", "f16")
-#: the requested dtypes whose weights are stored quantized (a home's kernel-level fallback test)
-QUANTIZED = frozenset({"q8_0", "q4_0", "int8", "int8w", "int4w", "as-shipped"})
+#: rtmatrix's own dtypes whose weights are stored quantized
+OWN_QUANTIZED = frozenset({"q8_0", "q4_0", "int8", "int8w", "int4w", "as-shipped"})
+
+
+class QuantizedDtypes(AbstractSet[str]):
+    """The requested dtypes whose weights are stored quantized (a home's kernel-level fallback
+    test): rtmatrix's own (:data:`OWN_QUANTIZED`) and every converter's own (``genai-int4``,
+    ``ov-int8``, ``mnn-q4``: :mod:`rtmatrix.converters.dtypes`), the latter read on first use,
+    so that importing this ground module imports no converter home."""
+
+    def __contains__(self, dtype: object) -> bool:
+        return dtype in OWN_QUANTIZED or dtype in _every_quantized()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(_every_quantized()))
+
+    def __len__(self) -> int:
+        return len(_every_quantized())
+
+
+@cache
+def _every_quantized() -> frozenset[str]:
+    from rtmatrix.converters.dtypes import names
+
+    return OWN_QUANTIZED | frozenset(names())
+
+
+QUANTIZED: AbstractSet[str] = QuantizedDtypes()
 #: the KV cache's precision -> the tolerance it implies for a float model's logits
 _KV_JUDGED_AS = {"f16": "f16", "bf16": "bf16", "u8": "kv-q8", "i8": "kv-q8", "u4": "kv-q4",
                  "i4": "kv-q4"}  # fmt: skip

@@ -307,6 +307,7 @@ def test_runtimes_json_lists_each_converter_as_its_home_declares_it(
     assert {n: c["distribution"] for n, c in convs.items()} == {
         "llama_cpp": "llama-cpp-python", "ort_genai": "onnxruntime-genai",
         "mnn_llmexport": "llmexport", "optimum_intel": "optimum-intel",
+        "litert_torch": "litert-torch",
     }  # fmt: skip
     # optimum-intel has no extra (rtmatrix builds its venv); its version is an environment variable
     assert convs["optimum_intel"]["extra"] is None

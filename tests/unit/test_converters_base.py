@@ -17,8 +17,10 @@ from rtmatrix.converters.base import (
     Conversion,
     Converted,
     ConverterRefused,
+    VendorDtype,
     build_unless_refused,
     cached_refusal,
+    dtype_map,
     error_line,
     keep_refusal,
     model_type,
@@ -241,3 +243,9 @@ def test_the_record_of_a_run_is_what_ran_offline() -> None:
     assert conv.network_attempts == ["urllib3: Max retries exceeded with url: /api/models"]
     assert Conversion.from_dict(conv.to_dict()) == conv
     assert conv.label() == "toy.py (toy-dist 1.0, dtype f32)"
+
+
+def test_a_vendor_dtype_says_its_converters_option_and_joins_the_homes_dtypes() -> None:
+    q4 = VendorDtype("x-q4", "--bits", "4", 4, "4-bit weights, blocks of 32")
+    assert q4.option == "--bits 4"
+    assert dtype_map({"f32": "32"}, [q4]) == {"f32": "32", "x-q4": "4"}

@@ -23,6 +23,7 @@ from rtmatrix.converters.ort_genai import (
     PRECISIONS,
     REQUIRED,
     TOOL,
+    VENDOR_DTYPES,
     check_precision,
     convert,
     convert_artifact,
@@ -96,6 +97,15 @@ def test_precisions_other_than_the_builders_cpu_ones_are_refused(tmp_path: Path)
     with pytest.raises(ValueError, match=re.escape("fp32, int8, int4")):
         convert(tmp_path, "fp16", root=tmp_path)
     assert set(DTYPES.values()) <= set(PRECISIONS)
+
+
+def test_the_builders_own_quantizations_are_dtypes_of_their_own() -> None:
+    assert DTYPES == {"f32": "fp32", "genai-int8": "int8", "genai-int4": "int4"}
+    assert [(d.name, d.option, d.bits) for d in VENDOR_DTYPES] == [
+        ("genai-int8", "--precision int8", 8),
+        ("genai-int4", "--precision int4", 4),
+    ]
+    assert all("blocks of 32" in d.doc and "accuracy_level 4" in d.doc for d in VENDOR_DTYPES)
 
 
 def test_a_missing_package_is_unavailable_with_the_pip_command() -> None:

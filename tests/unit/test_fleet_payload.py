@@ -17,6 +17,7 @@ from rtmatrix.fleet.payload import (
 )
 from rtmatrix.matrix import parse_matrix
 from rtmatrix.protocol import PROTOCOL_VERSION, ProtocolError
+from rtmatrix.results import SCHEMA_VERSION
 
 TEXT = """
 [[targets]]
@@ -70,10 +71,12 @@ def test_job_and_reply_are_versioned_json(tmp_path: Path) -> None:
 
 
 def test_a_mismatch_names_both_versions() -> None:
-    why = version_mismatch({"protocol": 7, "rtmatrix_version": "9.0"}, "the host h")
+    other = PROTOCOL_VERSION + 1
+    why = version_mismatch({"protocol": other, "rtmatrix_version": "9.0"}, "the host h")
     assert why is not None
     assert why.startswith(
-        f"the host h speaks protocol 7 (rtmatrix 9.0), this rtmatrix {PROTOCOL_VERSION}"
+        f"the host h speaks protocol {other} (rtmatrix 9.0), this rtmatrix {PROTOCOL_VERSION}"
     )
-    why = version_mismatch({"protocol": PROTOCOL_VERSION, "schema_version": 2}, "the job")
-    assert why is not None and "schema_version 2" in why
+    newer = SCHEMA_VERSION + 1
+    why = version_mismatch({"protocol": PROTOCOL_VERSION, "schema_version": newer}, "the job")
+    assert why is not None and f"schema_version {newer}" in why

@@ -11,6 +11,7 @@ from rtmatrix.fleet.payload import CellJob, CellReply, cell_to_json
 from rtmatrix.fleet.remote import run_cell_remote
 from rtmatrix.matrix import Cell, parse_matrix
 from rtmatrix.protocol import PROTOCOL_VERSION
+from rtmatrix.results import SCHEMA_VERSION
 
 TEXT = """
 [run]
@@ -81,6 +82,6 @@ def test_a_job_of_another_version_is_refused_naming_both(
 
 def test_an_unreadable_job_is_refused() -> None:
     reply = CellReply.from_dict(
-        run_cell_remote({"protocol": PROTOCOL_VERSION, "schema_version": 1})
+        run_cell_remote({"protocol": PROTOCOL_VERSION, "schema_version": SCHEMA_VERSION})
     )
     assert reply.refused is not None and "missing key 'cell'" in reply.refused

@@ -61,7 +61,7 @@ def test_shipped_matrices_are_valid(repo: Path) -> None:
         ),
         (
             "[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\ndtypes=['q2_k']\n",
-            r"fixtures\[0\].dtypes: unknown dtype\(s\) \['q2_k'\]; valid: f32, f16, q8_0, q4_0",
+            r"fixtures\[0\].dtypes: unknown dtype 'q2_k'; valid: f32, f16, q8_0, q4_0",
         ),
         (
             "[params]\nthreads='two'\n[[runtimes]]\nname='llama_cpp'\n[[fixtures]]\nmodel='tiny'\n",
@@ -286,6 +286,62 @@ def test_a_fixture_can_name_the_rows_that_run_it() -> None:
         parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = ["tvm"]\n')
     with pytest.raises(MatrixError, match=r"fixtures\[0\]\.runtimes: expected a list"):
         parse(two + '[[fixtures]]\nmodel = "tiny"\nruntimes = "tvm"\n')
+
+
+VENDOR_ROWS = """
+[[runtimes]]
+name = "onnxruntime"
+[[runtimes]]
+name = "onnxruntime_genai"
+[[runtimes]]
+name = "openvino"
+[[runtimes]]
+name = "mnn_llm"
+"""
+
+
+def test_a_converters_own_dtype_runs_on_the_rows_its_converter_feeds() -> None:
+    m = parse(VENDOR_ROWS + '[[fixtures]]\nmodel = "smollm2-135m-hf"\n'
+              'dtypes = ["genai-int8", "genai-int4"]\nruntimes = ["onnxruntime", '
+              '"onnxruntime_genai"]\n[[fixtures]]\nmodel = "smollm2-135m-hf"\n'
+              'dtypes = ["mnn-q8"]\nruntimes = ["mnn_llm"]\n')  # fmt: skip
+    got = sorted((c.runtime, c.fixture.label) for c in m.cells())
+    assert got == [("mnn_llm", "smollm2-135m-hf/mnn-q8"),
+                   ("onnxruntime", "smollm2-135m-hf/genai-int4"),
+                   ("onnxruntime", "smollm2-135m-hf/genai-int8"),
+                   ("onnxruntime_genai", "smollm2-135m-hf/genai-int4"),
+                   ("onnxruntime_genai", "smollm2-135m-hf/genai-int8")]  # fmt: skip
+
+
+def test_a_converters_dtype_on_other_rows_is_refused_at_load_naming_each_row() -> None:
+    with pytest.raises(MatrixError) as exc:
+        parse(VENDOR_ROWS + '[[fixtures]]\nmodel = "smollm2-135m-hf"\ndtypes = ["ov-int8"]\n')
+    text = str(exc.value)
+    assert text.startswith("m.toml: 3 problems; nothing was run:"), text
+    assert ("m.toml: fixtures[0].dtypes: 'ov-int8' is converter optimum_intel's own quantization "
+            "(optimum-cli export openvino --weight-format int8); row 'onnxruntime' is fed by "
+            "converter ort_genai; did you mean 'genai-int8'? valid: f32, genai-int8, genai-int4; "
+            "or give this fixture runtimes = ['openvino']") in text  # fmt: skip
+    assert "row 'mnn_llm' is fed by converter mnn_llmexport; did you mean 'mnn-q8'?" in text
+
+
+def test_rtmatrixs_weight_only_dtype_on_a_converted_checkpoint_is_refused_at_load() -> None:
+    with pytest.raises(MatrixError, match=r"m\.toml: fixtures\[0\]\.dtypes: 'int4w' is rtmatrix's "
+                       r"own ONNX writer's weight-only int4 .* did you mean 'mnn-q4'\? valid: "
+                       r"f16, mnn-q8, mnn-q4$"):  # fmt: skip
+        parse(VENDOR_ROWS + '[[fixtures]]\nmodel = "qwen3-toy"\ndtypes = ["int4w"]\n'
+              'runtimes = ["mnn_llm"]\n')  # fmt: skip
+    m = parse(VENDOR_ROWS + '[[fixtures]]\nmodel = "tiny"\ndtypes = ["int8w", "int4w"]\n'
+              'runtimes = ["onnxruntime"]\n')  # fmt: skip
+    assert [c.fixture.dtype for c in m.cells()] == ["int8w", "int4w"]  # its own ONNX writer's
+
+
+def test_a_converters_dtype_on_rtmatrixs_own_model_is_refused_at_load() -> None:
+    with pytest.raises(MatrixError, match=r"'genai-int4' is converter ort_genai's own "
+                       r"quantization .* of a Hugging Face checkpoint; model 'small' is written by "
+                       r"rtmatrix's own exporters; did you mean 'int4w'\?"):  # fmt: skip
+        parse(VENDOR_ROWS + '[[fixtures]]\nmodel = "small"\ndtypes = ["genai-int4"]\n'
+              'runtimes = ["onnxruntime"]\n')  # fmt: skip
 
 
 def _bad_inputs(tmp_path: Path) -> Path:

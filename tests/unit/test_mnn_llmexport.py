@@ -113,13 +113,19 @@ def test_the_log_loses_its_spinner_not_its_words() -> None:
 def test_only_16_8_and_4_bit_weights_and_the_row_says_so() -> None:
     assert HOMES["mnn_llmexport"] == "rtmatrix.converters.mnn_llmexport"
     assert home("mnn_llmexport") is mle
-    assert mle.DTYPES == {"f16": "16", "int8w": "8", "int4w": "4"}
+    assert mle.DTYPES == {"f16": "16", "mnn-q8": "8", "mnn-q4": "4"}
+    assert [(d.name, d.option) for d in mle.VENDOR_DTYPES] == [
+        ("mnn-q8", "--quant_bit 8"),
+        ("mnn-q4", "--quant_bit 4"),
+    ]
+    assert all(f"blocks of {mle.QUANT_BLOCK}" in d.doc for d in mle.VENDOR_DTYPES)
     assert mle.check_quant_bit("4") == "4"
     with pytest.raises(ValueError, match="16, 8, 4-bit weights only"):
         mle.check_quant_bit("32")
     why = unconvertible("mnn_llmexport", "f32", None)
-    assert why == "llmexport.py writes no 'f32' here (it writes f16, int8w, int4w)"
-    assert unconvertible("mnn_llmexport", "int4w", None) is None
+    assert why == "llmexport.py writes no 'f32' here (it writes f16, mnn-q8, mnn-q4)"
+    assert unconvertible("mnn_llmexport", "mnn-q4", None) is None
+    assert unconvertible("mnn_llmexport", "int4w", None) is not None  # rtmatrix's own name
 
 
 def test_the_key_is_checkpoint_content_version_and_options(tmp_path: Path) -> None:

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from rtmatrix.numerics import Fact, Numerics, StackReport, judged_as, precision
+from rtmatrix.converters.dtypes import names as converter_dtypes
+from rtmatrix.numerics import (
+    OWN_QUANTIZED,
+    QUANTIZED,
+    Fact,
+    Numerics,
+    StackReport,
+    judged_as,
+    precision,
+)
 from tests.unit.test_runner import by_runtime, matrix_text, run
 
 FIXTURES = "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
@@ -22,6 +31,18 @@ FIXTURES = "[[fixtures]]\nmodel = 'tiny'\ndtypes = ['f32']\n"
 )  # fmt: skip
 def test_a_runtimes_precision_words_are_named_one_way(word: str, want: str | None) -> None:
     assert precision(word) == want
+
+
+def test_the_quantized_dtypes_are_rtmatrixs_own_and_every_converters() -> None:
+    assert {"q8_0", "int8w", "as-shipped"} <= OWN_QUANTIZED
+    assert {"genai-int4", "ov-int8", "mnn-q4"} <= set(converter_dtypes())
+    for dtype in (*OWN_QUANTIZED, *converter_dtypes()):
+        assert dtype in QUANTIZED, dtype
+    assert "f32" not in QUANTIZED and "bf16" not in QUANTIZED and None not in QUANTIZED
+    assert set(QUANTIZED) == OWN_QUANTIZED | set(converter_dtypes()) and len(QUANTIZED) == len(
+        set(QUANTIZED)
+    )
+    assert judged_as("mnn-q4", _num("bf16")).judged_as == "mnn-q4"  # a quantized file's own
 
 
 def _num(matmul: str | None = None, kv: str | None = None, host: bool = True) -> Numerics:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rtmatrix.converters import HOMES, home
+from rtmatrix.converters import HOMES, home, toolenv
 from rtmatrix.converters import optimum_intel as oi
 from rtmatrix.converters.base import ChildRun, ConverterRefused
 from rtmatrix.fixtures.cache import key_hash
@@ -70,7 +70,7 @@ def fake_env(root: Path, cli: str = FAKE_CLI) -> Path:
         "ranges": RANGES,
         "overlays": {"5.0.0": {"path": str(overlay), "model_types": ["gemma3_text"]}},
     }
-    (entry / oi.ENV_MANIFEST).write_text(json.dumps(manifest), "utf-8")
+    (entry / toolenv.ENV_MANIFEST).write_text(json.dumps(manifest), "utf-8")
     return entry
 
 
@@ -87,7 +87,12 @@ def checkpoint(root: Path, model_type: str, name: str | None = None) -> Path:
 def test_the_home_is_registered_and_names_its_dtypes() -> None:
     assert HOMES["optimum_intel"] == "rtmatrix.converters.optimum_intel"
     mod = home("optimum_intel")
-    assert mod.DTYPES == {"f32": "fp32", "f16": "fp16", "int8w": "int8", "int4w": "int4"}
+    assert mod.DTYPES == {"f32": "fp32", "f16": "fp16", "ov-int8": "int8", "ov-int4": "int4"}
+    assert [(d.name, d.option, d.bits) for d in mod.VENDOR_DTYPES] == [
+        ("ov-int8", "--weight-format int8", 8),
+        ("ov-int4", "--weight-format int4", 4),
+    ]
+    assert "groups of 128" in mod.VENDOR_DTYPES[1].doc  # NNCF's default: why SmolLM2 is refused
     assert set(mod.DTYPES.values()) == set(mod.WEIGHT_FORMATS)
     assert oi.check_weight_format("int4") == "int4"
     with pytest.raises(ValueError, match=re.escape("fp32, fp16, int8, int4")):
@@ -105,7 +110,7 @@ def test_both_openvino_rows_name_this_converter() -> None:
 def test_the_venv_is_built_in_steps_torch_first_without_torchvision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(oi.TORCH_INDEX_ENV, raising=False)
+    monkeypatch.delenv(toolenv.TORCH_INDEX_ENV, raising=False)
     entry = tmp_path / "venv"
     steps = oi.build_steps(entry)
     cmds = [c for _what, c in steps]
@@ -120,7 +125,7 @@ def test_the_venv_is_built_in_steps_torch_first_without_torchvision(
     target = str(oi.overlay_dir(entry, "5.0.0"))
     assert cmds[4][-4:] == ["--no-deps", "--target", target, "transformers==5.0.0"]
     assert not any("torchvision" in arg for c in cmds for arg in c)
-    monkeypatch.setenv(oi.TORCH_INDEX_ENV, "https://download.pytorch.org/whl/cpu")
+    monkeypatch.setenv(toolenv.TORCH_INDEX_ENV, "https://download.pytorch.org/whl/cpu")
     torch_step = oi.build_steps(entry)[1][1]
     assert torch_step[-2:] == ["--index-url", "https://download.pytorch.org/whl/cpu"]
 
@@ -163,9 +168,9 @@ def test_a_venv_without_its_manifest_or_cli_is_not_built(tmp_path: Path) -> None
 
 def test_a_venv_of_other_pins_is_not_this_one(tmp_path: Path) -> None:
     entry = fake_env(tmp_path)
-    manifest = json.loads((entry / oi.ENV_MANIFEST).read_text())
+    manifest = json.loads((entry / toolenv.ENV_MANIFEST).read_text())
     manifest["key"]["pins"]["optimum-intel"] = "2.1.0"
-    (entry / oi.ENV_MANIFEST).write_text(json.dumps(manifest))
+    (entry / toolenv.ENV_MANIFEST).write_text(json.dumps(manifest))
     assert oi.read_env(entry) is None
 
 
@@ -193,7 +198,7 @@ def test_a_venv_that_cannot_be_built_is_unavailable_tried_once(
     message = str(first.value)
     assert "could not be built" in message and "torch==2.13.0 failed (exit 1)" in message
     assert "No matching distribution found for torch" in message
-    assert f"build it with: {oi.BUILD_COMMAND}" in message and oi.TORCH_INDEX_ENV in message
+    assert f"build it with: {oi.BUILD_COMMAND}" in message and toolenv.TORCH_INDEX_ENV in message
     assert not oi.env_dir(tmp_path).exists()  # the half-built venv is removed
     err = capsys.readouterr().err
     assert "optimum-intel environment [1/2] torch==2.13.0" in err  # progress on stderr
@@ -354,8 +359,8 @@ def test_the_exporters_refusal_is_its_own_and_cached(
     monkeypatch.setattr(oi, "OVERLAY_TRANSFORMERS", ())  # no overlay fits gemma3 here
     monkeypatch.setenv("RTMATRIX_TOOLS_DIR", str(tmp_path / "tools"))
     entry = fake_env(tmp_path / "tools")
-    manifest = json.loads((entry / oi.ENV_MANIFEST).read_text())
-    (entry / oi.ENV_MANIFEST).write_text(json.dumps(manifest | {"overlays": {}}))
+    manifest = json.loads((entry / toolenv.ENV_MANIFEST).read_text())
+    (entry / toolenv.ENV_MANIFEST).write_text(json.dumps(manifest | {"overlays": {}}))
     folder = checkpoint(tmp_path, "gemma3_text")
     with pytest.raises(ConverterRefused) as first:
         oi.convert(folder, "fp32", tmp_path / "cache")
@@ -386,7 +391,7 @@ def test_a_folder_without_config_json_is_not_a_checkpoint(tmp_path: Path) -> Non
 def test_the_child_gets_no_python_path_of_rtmatrixs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTHONPATH", "/somewhere/src")
     monkeypatch.setenv("VIRTUAL_ENV", "/work/main/.venv")
-    env = oi._child_env()
+    env = toolenv.child_env()
     assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
     assert env["HF_HUB_OFFLINE"] == "1" and env["PYTHONNOUSERSITE"] == "1"
     assert os.environ["PYTHONPATH"] == "/somewhere/src"

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from rtmatrix.metrics.parity import agreeing_prefix, compare
+from rtmatrix.converters.dtypes import names as converter_dtypes
+from rtmatrix.metrics.parity import LOGIT_TOLERANCE, VENDOR_TOLERANCE, agreeing_prefix, compare
 
 
 def test_agreeing_prefix() -> None:
@@ -130,3 +131,12 @@ def test_a_quantized_conversion_is_left_to_the_kld_judgement() -> None:
     assert q8["within_tolerance"] and not q8["conversion"]["changed_the_model"]
     unavailable = {"status": "unavailable", "reason": "x"}
     assert conversion_judged(unavailable, "f32", _agreement(9.0, []), "t") == unavailable
+
+
+def test_a_converters_own_quantization_has_the_weight_only_tolerance() -> None:
+    assert converter_dtypes()  # the homes declare some
+    for dtype in converter_dtypes():
+        assert LOGIT_TOLERANCE[dtype] == VENDOR_TOLERANCE == LOGIT_TOLERANCE["int4w"], dtype
+    ref = np.zeros(8, dtype=np.float32)
+    out = compare("ov-int8", [1, 2, 3], ref, [1, 9, 9], ref + 0.2)  # ids may differ
+    assert out["within_tolerance"] and out["logit_tolerance"] == VENDOR_TOLERANCE

@@ -74,7 +74,7 @@ def test_a_failed_quality_pass_is_unavailable_with_its_reason(tmp_path: Path) ->
     assert out[M.KLD_MEAN].reason == "the teacher-forced pass failed: RuntimeError: decode failed"
 
 
-def _with_quality(tool: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _with_quality(tool: dict[str, Any]) -> tuple[dict[str, Any], ReferenceFigures]:
     rec = _rec()
     window = {"n_ctx": 354, "positions": [177, 352], "kld_mean": 0.11, "same_top_pct": 80.0}
     kld = Metric(0.1, "nats", Source.HARNESS_COMPARISON, detail={"anchor_window": window})

@@ -121,3 +121,26 @@ def test_incremental_validation_checks_only_new_cells(record: dict[str, Any]) ->
     bad_env["status"] = "halfway"
     with pytest.raises(ResultError, match=r"at /status"):
         validate_run(bad_env, skip_cells=1)
+
+
+def test_schema_1_converted_cells_at_generic_weight_only_dtypes_get_their_vendors_dtype(
+    tmp_path: Path, record: dict[str, Any]
+) -> None:
+    old = copy.deepcopy(record)
+    old["schema_version"] = 1
+    cell = old["cells"][0]
+    model = cell["fixture"]["name"]
+    cell["fixture"] |= {"dtype": "int4w", "conversion": {"converter": "mnn_llmexport"}}
+    runtime, _, tag = cell["key"].split("|")
+    cell["key"] = f"{runtime}|{model}/int4w|{tag}"
+    seeded = copy.deepcopy(old["cells"][0])  # rtmatrix's own writer: no conversion, kept
+    seeded["fixture"] = {k: v for k, v in seeded["fixture"].items() if k != "conversion"}
+    seeded["key"] = f"{runtime}|{model}/int4w-own|{tag}"
+    old["cells"].append(seeded)
+    (tmp_path / "r.json").write_text(json.dumps(old))
+    new = load_run(tmp_path / "r.json")
+    assert new["schema_version"] == store.SCHEMA_VERSION
+    assert new["cells"][0]["fixture"]["dtype"] == "mnn-q4"
+    assert new["cells"][0]["key"] == f"{runtime}|{model}/mnn-q4|{tag}"
+    assert new["cells"][-1]["fixture"]["dtype"] == "int4w"
+    assert new["cells"][-1]["key"].endswith(f"/int4w-own|{tag}")

@@ -155,6 +155,8 @@ def test_the_weights_fall_back_on_the_file_size(tmp_path: Path) -> None:
         ({"matmul": {"value": "bfloat16"}}, "f32", "bf16"),
         ({"matmul": {"value": "f16"}}, "f16", "f32"),
         ({}, "q8_0", "int8"),
+        ({}, "genai-int4", "int8"),  # a converter's own quantization: integer weights too
+        ({}, "mnn-q8", "int8"),
         ({}, "f32", "f32"),
     ],
 )

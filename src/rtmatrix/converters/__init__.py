@@ -24,6 +24,7 @@ HOMES: dict[str, str] = {
     "ort_genai": "rtmatrix.converters.ort_genai",
     "mnn_llmexport": "rtmatrix.converters.mnn_llmexport",
     "optimum_intel": "rtmatrix.converters.optimum_intel",
+    "litert_torch": "rtmatrix.converters.litert_torch",
 }
 
 

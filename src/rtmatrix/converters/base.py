@@ -69,6 +69,32 @@ Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
+class VendorDtype:
+    """One of a converter's own quantizations as an rtmatrix dtype of its own (``genai-int4``,
+    ``ov-int8``, ``mnn-q4``): what a team gets from the vendor's tool at its defaults, judged
+    against transformers like any quantized dtype. A home declares its own in ``VENDOR_DTYPES``;
+    :mod:`rtmatrix.converters.dtypes` reads every home's, and the matrix loader, parity's
+    tolerances and the numerics' quantized set derive from that one list."""
+
+    name: str  # rtmatrix's dtype: "genai-int4"
+    flag: str  # the converter's own option: "--precision"
+    value: str  # its value there: "int4"
+    bits: int  # the weights' bits, 8 or 4: the tolerance, and what int8w/int4w would have meant
+    doc: str  # one line: what the vendor's default quantization does
+
+    @property
+    def option(self) -> str:
+        """The converter's own words: ``--precision int4``."""
+        return f"{self.flag} {self.value}"
+
+
+def dtype_map(plain: dict[str, str], vendor: Iterable[VendorDtype]) -> dict[str, str]:
+    """A home's ``DTYPES`` (rtmatrix dtype -> the converter's option value): its float dtypes
+    ``plain`` and its own quantized ones."""
+    return plain | {d.name: d.value for d in vendor}
+
+
+@dataclass(frozen=True)
 class Conversion:
     """How one file was converted: the converter, its version and options, the command line,
     its time and its own log; whether it ran offline and whether it tried the network."""

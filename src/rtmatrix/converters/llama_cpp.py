@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from rtmatrix.converters import base
-from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log, VendorDtype
 from rtmatrix.fixtures.cache import file_sha256
 from rtmatrix.fixtures.sources import content_sha256
 from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
@@ -64,6 +64,10 @@ EXTRA = "llama-cpp"
 #: the types the converter writes itself (its ``tq1_0``/``tq2_0`` are for ternary models only,
 #: ``auto`` is a guess): anything else is llama-quantize's job
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
+#: no quantized dtype of its own name: q8_0/q4_0 name GGUF's own block types (blocks of 32, an
+#: f16 scale each), which rtmatrix's GGUF writer writes for a seeded model too, so the name
+#: already says what the file's matmul weights hold, whoever wrote it
+VENDOR_DTYPES: tuple[VendorDtype, ...] = ()
 #: rtmatrix dtype -> the converter's ``--outtype`` (q4_0 and the other k-quants are
 #: llama-quantize's, not built here yet)
 DTYPES = {"f32": "f32", "f16": "f16", "q8_0": "q8_0", "q4_0": "q4_0"}

@@ -29,10 +29,10 @@ keeps the MNN converter's own log (``mnnconvert.log``, the exporter's ``.export.
 checkpoint's ``generation_config.json`` (its bos/eos ids: the exporter keeps them only inside
 its tokenizer file).
 
-Weights: 16, 8 or 4 bits only (:data:`DTYPES`: rtmatrix's ``f16``, ``int8w``, ``int4w``). At 16
-the linear weights are fp16 and the embedding table bf16; at 8/4 they are MNN's weight-only
+Weights: 16, 8 or 4 bits only (:data:`DTYPES`: rtmatrix's ``f16``, ``mnn-q8``, ``mnn-q4``). At
+16 the linear weights are fp16 and the embedding table bf16; at 8/4 they are MNN's weight-only
 blocked quantization (blocks of :data:`QUANT_BLOCK`, asymmetric: the exporter's defaults, passed
-explicitly so the record states them), the LM head at the same bits.
+explicitly so the record states them), the LM head at the same bits (:data:`VENDOR_DTYPES`).
 
 Cached (:func:`rtmatrix.converters.base.build_unless_refused`) by the checkpoint's content hash,
 the exporter's version (package metadata: it is never imported here), the versions of the
@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from rtmatrix.converters import base
-from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log, VendorDtype, dtype_map
 from rtmatrix.fixtures.cache import file_sha256
 from rtmatrix.fixtures.sources import content_sha256
 from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
@@ -68,11 +68,25 @@ DISTRIBUTION = "llmexport"
 CONTAINER = "mnn"
 #: the weight bits the exporter writes (``--quant_bit``)
 QUANT_BITS = ("16", "8", "4")
-#: rtmatrix dtype -> ``--quant_bit``: 16 = fp16 linear weights (and a bf16 embedding table);
-#: 8/4 = MNN's weight-only blocked quantization (its matmuls may quantize activations too)
-DTYPES = {"f16": "16", "int8w": "8", "int4w": "4"}
 #: ``--quant_block`` (the exporter's default; 0 would be per channel)
 QUANT_BLOCK = "64"
+#: the exporter's own quantizations (its ``--quant_bit``; llmexport 0.0.5's other defaults, and
+#: ``--quant_block`` passed as its default): round-to-nearest weights, asymmetric (min/max with
+#: a zero point: ``--sym`` off), blocks of 64 along the input, every linear layer and the LM
+#: head at the same bits (``--lm_quant_bit`` defaults to ``--quant_bit``). The embedding of a
+#: model that ties it to the LM head is read from the quantized head (``tie_embeddings``); an
+#: untied one stays bf16 (``--embed_bit 16``). The exporter's ``config.json`` says ``memory``
+#: low: at run time MNN's int8 GEMM quantizes the activations too
+VENDOR_DTYPES = (
+    VendorDtype("mnn-q8", "--quant_bit", "8", 8,
+                "int8 weights, asymmetric, blocks of 64, LM head int8; a tied embedding read "
+                "from the quantized head, an untied one bf16"),
+    VendorDtype("mnn-q4", "--quant_bit", "4", 4,
+                "int4 weights, asymmetric, blocks of 64, LM head int4; a tied embedding read "
+                "from the quantized head, an untied one bf16"),
+)  # fmt: skip
+#: rtmatrix dtype -> ``--quant_bit``: 16 = fp16 linear weights (and a bf16 embedding table)
+DTYPES = dtype_map({"f16": "16"}, VENDOR_DTYPES)
 #: bump when the key or what a conversion records changes
 KEY_VERSION = "1"
 OUTPUT = "llm.mnn.weight"

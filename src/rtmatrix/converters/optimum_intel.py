@@ -39,27 +39,20 @@ own last error line, cached like the other homes' refusals.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import shlex
-import shutil
-import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from rtmatrix import locks
-from rtmatrix.converters import base
-from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
-from rtmatrix.fixtures.cache import file_sha256, key_hash
+from rtmatrix.converters import base, toolenv
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log, VendorDtype, dtype_map
+from rtmatrix.converters.toolenv import CHECK_PREFIX, ENV_MANIFEST, TORCH
+from rtmatrix.fixtures.cache import key_hash
 from rtmatrix.fixtures.sources import content_sha256
 from rtmatrix.fixtures.spec import ExporterUnavailable, FixtureError
 from rtmatrix.runtimes.llama_cpp.reftool import tools_root
@@ -72,10 +65,25 @@ CONTAINER = "openvino-ir"
 EXTRA: str | None = None
 TASK = "text-generation-with-past"
 WEIGHT_FORMATS = ("fp32", "fp16", "int8", "int4")
+#: the exporter's own quantizations (its ``--weight-format``, nothing else given: optimum-intel
+#: 2.2.0's ``prepare_wc_config`` and ``_DEFAULT_4BIT_WQ_CONFIG`` for a checkpoint its per-model
+#: table does not name, a local folder among them), NNCF's data-free weight compression
+#: (round to nearest, no dataset): int8 is ``INT8_ASYM`` per output channel on every weight,
+#: the embedding and the LM head included; int4 is ``INT4_ASYM`` in groups of 128 along the
+#: input with ratio 1.0, the embedding and the last MatMul (the LM head) at the backup
+#: precision ``int8_asym`` per channel. A layer whose input is not a multiple of 128 is refused
+#: (``InvalidGroupSizeError``: SmolLM2-135M's width is 576), a converter outcome
+VENDOR_DTYPES = (
+    VendorDtype("ov-int8", "--weight-format", "int8", 8,
+                "NNCF int8 asymmetric, per output channel, every weight (embedding and LM head "
+                "too), data-free"),
+    VendorDtype("ov-int4", "--weight-format", "int4", 4,
+                "NNCF int4 asymmetric, groups of 128, ratio 1.0; embedding and LM head int8 "
+                "asymmetric per channel (backup precision), data-free"),
+)  # fmt: skip
 #: rtmatrix dtype -> ``--weight-format``. fp16 stores the weights in f16 (decompressed to the
-#: inference precision at load); int8/int4 are NNCF's data-free weight compression (int4: its
-#: default group size and int8 ratio for the model)
-DTYPES = {"f32": "fp32", "f16": "fp16", "int8w": "int8", "int4w": "int4"}
+#: inference precision at load)
+DTYPES = dtype_map({"f32": "fp32", "f16": "fp16"}, VENDOR_DTYPES)
 #: bump when the key or what a conversion records changes
 KEY_VERSION = "1"
 OUTPUT = "openvino_model.xml"
@@ -102,8 +110,6 @@ PINS = {
 VERSION_ENV = "RTMATRIX_OPTIMUM_INTEL_VERSION"
 _VERSION = re.compile(r"[0-9][0-9A-Za-z.+!-]*")
 #: installed first, alone, so its index can be PyTorch's CPU one (``$RTMATRIX_TORCH_INDEX_URL``)
-TORCH = "torch==2.13.0"
-TORCH_INDEX_ENV = "RTMATRIX_TORCH_INDEX_URL"
 #: optimum-intel 2.2.0's other requirements as it declares them, less torchvision (see above)
 DECLARED = ("huggingface-hub>=0.23.2,<1.22", "requests>=2.33,<3.0", "setuptools")
 #: transformers versions kept beside the main one for the model types optimum-intel caps below
@@ -112,12 +118,7 @@ DECLARED = ("huggingface-hub>=0.23.2,<1.22", "requests>=2.33,<3.0", "setuptools"
 #: lists them, ``overlays``)
 OVERLAY_TRANSFORMERS = ("5.0.0",)
 ENV_KEY_VERSION = "1"
-ENV_MANIFEST = "tool-env.json"
-ENV_LOG = "build.log"
-STEP_TIMEOUT_S = 1800.0
-LOCK_TIMEOUT_S = 3600.0
 #: what the venv's check prints: versions and, per model_type, optimum-intel's transformers range
-CHECK_PREFIX = "rtmatrix-check: "
 _CHECK_SOURCE = f"""
 import json
 from importlib import metadata
@@ -137,33 +138,17 @@ print({CHECK_PREFIX!r} + json.dumps({{"versions": {{n: metadata.version(n) for n
 """
 #: the one command that builds the venv (what an unavailable cell says to run)
 BUILD_COMMAND = f"{shlex.quote(sys.executable)} -m rtmatrix.converters.optimum_intel"
-#: pip's lines echoed to stderr while the venv builds (the rest goes to its log): downloads of
-#: a megabyte or more, what it installs, its errors
-_PROGRESS = re.compile(r"\s*(Downloading \S+ \([\d.]+ [MG]B\)|Installing collected|Successfully "
-                       r"installed|ERROR)")  # fmt: skip
 #: the environments a process failed to build (entry -> why): tried once per process
 _FAILED: dict[Path, str] = {}
 
 
 @dataclass(frozen=True)
-class Environment:
-    """The converter's venv, built: its root, the manifest and what it says."""
+class Environment(toolenv.ToolEnvironment):
+    """optimum-intel's venv (:class:`rtmatrix.converters.toolenv.ToolEnvironment`) and its
+    transformers overlays."""
 
-    root: Path
-    manifest: dict[str, Any]
-    built: bool  # True when this call built it
-
-    @property
-    def python(self) -> Path:
-        return self.root / "bin" / "python"
-
-    @property
-    def cli(self) -> Path:
-        return self.root / "bin" / "optimum-cli"
-
-    @property
-    def version(self) -> str:
-        return str(self.manifest["versions"]["optimum-intel"])
+    CLI: ClassVar[str] = "optimum-cli"
+    DISTRIBUTION: ClassVar[str] = "optimum-intel"
 
     @property
     def transformers(self) -> str:
@@ -178,10 +163,6 @@ class Environment:
         allowed = (self.manifest.get("ranges") or {}).get(model_type)
         return pick_transformers(self.transformers, allowed, self.manifest.get("overlays") or {},
                                  self.root)  # fmt: skip
-
-    def packages(self, overlay: Path | None = None) -> dict[str, str]:
-        """Every distribution in the venv (an overlay's first) and its version."""
-        return venv_packages(self.root, overlay)
 
 
 def pins() -> dict[str, str]:
@@ -215,23 +196,6 @@ def env_dir(root: Path | None = None) -> Path:
 
 def overlay_dir(venv: Path, version: str) -> Path:
     return venv / "overlays" / f"transformers-{version}"
-
-
-def site_packages(venv: Path) -> Path | None:
-    found = sorted(venv.glob("lib/python*/site-packages"))
-    return found[0] if found else None
-
-
-def venv_packages(venv: Path, overlay: Path | None = None) -> dict[str, str]:
-    """Each distribution's version as the venv's Python sees it (``overlay`` first on its path),
-    read from package metadata."""
-    paths = [str(p) for p in (overlay, site_packages(venv)) if p is not None]
-    out: dict[str, str] = {}
-    for dist in metadata.distributions(path=paths):
-        name = str(dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name and name not in out:  # the first on the path wins, as for an import
-            out[name] = dist.version
-    return dict(sorted(out.items()))
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -300,46 +264,21 @@ def environment(log: Log | None = None, root: Path | None = None) -> Environment
     cannot be built here (no package index, no space); a process does not try twice."""
     say = log or (lambda _msg: None)
     entry = env_dir(root)
-    found = read_env(entry)
-    if found is not None:
-        return found
-    if entry in _FAILED:
-        raise ExporterUnavailable(_FAILED[entry])
-    try:
-        with locks.exclusive(entry.parent / f".{entry.name}.lock", LOCK_TIMEOUT_S, say,
-                             "building optimum-intel's environment"):  # fmt: skip
-            found = read_env(entry)  # built by the process we waited for
-            if found is not None:
-                return found
-            manifest = _build_env(entry, say)
-    except (OSError, locks.LockTimeout, EnvBuildFailed) as exc:
-        why = (f"optimum-intel's environment could not be built in {entry}: {exc}; build it "
-               f"with: {BUILD_COMMAND} (it needs a package index: PyPI or $PIP_INDEX_URL; where "
-               f"PyPI's torch is a CUDA build, {TORCH_INDEX_ENV}="
-               "https://download.pytorch.org/whl/cpu)")  # fmt: skip
-        _FAILED[entry] = why
-        raise ExporterUnavailable(why) from exc
-    return Environment(entry, manifest, built=True)
 
+    def make() -> Environment:
+        return Environment(entry, _build_env(entry, say), built=True)
 
-class EnvBuildFailed(RuntimeError):
-    """A step of the venv's build failed; the message names it and its log's tail."""
-
-
-def torch_index_args() -> list[str]:
-    index = os.environ.get(TORCH_INDEX_ENV, "").strip()
-    return ["--index-url", index] if index else []
+    return toolenv.ensure(entry, "optimum-intel", read_env, make, _FAILED, BUILD_COMMAND, say)
 
 
 def build_steps(entry: Path) -> list[tuple[str, list[str]]]:
     """The venv's build, step by step: (what, command)."""
-    py = str(entry / "bin" / "python")
-    pip = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    pip = toolenv.pip_install(entry)
     pinned = pins()
     others = [f"{n}=={v}" for n, v in pinned.items() if n != DISTRIBUTION]
     steps = [
         ("a venv of this Python", [sys.executable, "-m", "venv", str(entry)]),
-        (f"{TORCH} (the CPU build: ~200 MB download)", [*pip, TORCH, *torch_index_args()]),
+        (f"{TORCH} (the CPU build: ~200 MB download)", [*pip, TORCH, *toolenv.torch_index_args()]),
         ("optimum, transformers, nncf, openvino, openvino-tokenizers",
          [*pip, TORCH, *others, *DECLARED]),
         (f"{DISTRIBUTION}=={pinned[DISTRIBUTION]} (--no-deps: without torchvision)",
@@ -352,127 +291,17 @@ def build_steps(entry: Path) -> list[tuple[str, list[str]]]:
     return steps
 
 
-def _say_both(say: Log, text: str) -> None:
-    print(f"rtmatrix: {text}", file=sys.stderr, flush=True)
-    say(text)
-
-
 def _build_env(entry: Path, say: Log) -> dict[str, Any]:
-    """Build the venv in ``entry`` (in place: its scripts name their own path), its manifest
-    written last; a failure removes the half-built folder."""
-    if entry.exists():  # incomplete: nobody can be using it
-        shutil.rmtree(entry)
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    log_path = entry.parent / f".{entry.name}.{ENV_LOG}"
-    log_path.write_text("", "utf-8")
-    steps = build_steps(entry)
-    t0 = time.perf_counter()
-    times: dict[str, float] = {}
-    try:
-        for i, (what, cmd) in enumerate(steps, 1):
-            _say_both(say, f"optimum-intel environment [{i}/{len(steps) + 1}] {what}")
-            times[what] = _run_step(cmd, log_path, what)
-        _say_both(say, f"optimum-intel environment [{len(steps) + 1}/{len(steps) + 1}] checking "
-                       "the exporter imports (offline)")  # fmt: skip
-        check = _check_env(entry, log_path)
-        manifest = _env_manifest(entry, steps, times, check, time.perf_counter() - t0)
-        shutil.copy2(log_path, entry / ENV_LOG)
-        (entry / ENV_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), "utf-8")
-    except BaseException:
-        shutil.rmtree(entry, ignore_errors=True)
-        raise
-    finally:
-        log_path.unlink(missing_ok=True)
-    size_mb = manifest["size_bytes"] / 2**20
-    _say_both(say, f"optimum-intel environment built in {manifest['total_s']:.0f} s "
-                   f"({size_mb:.0f} MiB) -> {entry}")  # fmt: skip
-    return manifest
-
-
-def _run_step(cmd: list[str], log_path: Path, what: str) -> float:
-    """Run one build step, its output appended to ``log_path`` (pip's download lines echoed to
-    stderr); its time. :class:`EnvBuildFailed` on a failure or a time-out."""
-    t0 = time.perf_counter()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"$ {shlex.join(cmd)}\n")
-        log.flush()
-        try:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, env=env, start_new_session=True)  # fmt: skip
-        except OSError as exc:
-            msg = f"{what}: could not start {cmd[0]}: {exc}"
-            raise EnvBuildFailed(msg) from exc
-        rc = _pump(proc, log, STEP_TIMEOUT_S)
-    if rc is None:
-        msg = f"{what} ran past {STEP_TIMEOUT_S:.0f} s and was killed; log tail:\n{_tail(log_path)}"
-        raise EnvBuildFailed(msg)
-    if rc != 0:
-        msg = f"{what} failed (exit {rc}): {shlex.join(cmd)}; log tail:\n{_tail(log_path)}"
-        raise EnvBuildFailed(msg)
-    return round(time.perf_counter() - t0, 1)
-
-
-def _pump(proc: subprocess.Popen[str], log: Any, timeout_s: float) -> int | None:
-    """Copy ``proc``'s output to ``log`` line by line until it exits: its exit status, or None
-    where it ran past ``timeout_s`` (its process group killed)."""
-    assert proc.stdout is not None
-    fired = threading.Event()
-
-    def kill() -> None:
-        fired.set()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    timer = threading.Timer(timeout_s, kill)
-    timer.start()
-    try:
-        for line in proc.stdout:
-            log.write(line)
-            if _PROGRESS.match(line):
-                print(f"  {line.strip()[:160]}", file=sys.stderr, flush=True)
-        rc = proc.wait()
-    except BaseException:
-        kill()
-        proc.wait()
-        raise
-    finally:
-        timer.cancel()
-        proc.stdout.close()
-    return None if fired.is_set() else rc
-
-
-def _tail(path: Path, chars: int = 2000) -> str:
-    with contextlib.suppress(OSError):
-        return path.read_text("utf-8", errors="replace")[-chars:]
-    return ""
+    """Build the venv in ``entry`` (:func:`rtmatrix.converters.toolenv.build`)."""
+    return toolenv.build(entry, "optimum-intel", build_steps(entry), _check_env,
+                         lambda steps, times, check, total_s: _env_manifest(
+                             entry, steps, times, check, total_s), say)  # fmt: skip
 
 
 def _check_env(entry: Path, log_path: Path) -> dict[str, Any]:
     """Import the exporter in the venv, offline: versions and each model type's range."""
-    cmd = [str(entry / "bin" / "python"), "-c", _CHECK_SOURCE]
-    run = base.run_offline(cmd, log_path.with_suffix(".check.log"), 600.0,
-                           env=_child_env())  # fmt: skip
-    with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"$ {TOOL} check (imports optimum.exporters.openvino)\n{run.log}")
-    found = [line[len(CHECK_PREFIX) :] for line in run.log.splitlines()
-             if line.startswith(CHECK_PREFIX)]  # fmt: skip
-    log_path.with_suffix(".check.log").unlink(missing_ok=True)
-    if run.returncode != 0 or not found:
-        msg = (f"the exporter does not import in the new venv ({run.how_it_ended()}): "
-               f"{base.error_line(run.log)}")  # fmt: skip
-        raise EnvBuildFailed(msg)
-    out: dict[str, Any] = json.loads(found[-1])
-    return out
-
-
-def _dir_size(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-    return total
+    what = f"{TOOL} check (imports optimum.exporters.openvino)"
+    return toolenv.check_imports(entry, log_path, _CHECK_SOURCE, what)
 
 
 def _env_manifest(
@@ -485,19 +314,11 @@ def _env_manifest(
         ranges = check["ranges"].items()
         capped = sorted(m for m, r in ranges if not allows(main, r) and allows(version, r))
         overlays[version] = {"path": str(overlay_dir(entry, version)), "model_types": capped}
-    return {
-        "key": env_key(),
-        "key_sha256": key_hash(env_key()),
+    return toolenv.manifest_base(entry, env_key(), key_hash(env_key()), steps, times, total_s) | {
         "versions": check["versions"],
         "ranges": check["ranges"],
         "overlays": overlays,
-        "steps": [{"what": w, "command": shlex.join(c), "s": times.get(w)} for w, c in steps],
-        "torch_index": os.environ.get(TORCH_INDEX_ENV) or "pip's configured index",
         "left_out": {"torchvision": "PyPI's build needs CUDA torch; no LLM export imports it"},
-        "packages": venv_packages(entry),
-        "size_bytes": _dir_size(entry),
-        "total_s": round(total_s, 1),
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
 
@@ -522,14 +343,6 @@ def command(
     prefix = ["env", f"PYTHONPATH={overlay}"] if overlay is not None else []
     return [*prefix, str(env.cli), "export", "openvino", "--model", str(folder), "--task", TASK,
             "--weight-format", weight_format, str(out)]  # fmt: skip
-
-
-def _child_env() -> dict[str, str]:
-    """The offline environment, without rtmatrix's own Python paths (the venv's are its own)."""
-    env = base.offline_env({"PYTHONNOUSERSITE": "1", "TQDM_DISABLE": "1"})
-    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
-        env.pop(name, None)
-    return env
 
 
 def conversion_key(
@@ -616,7 +429,7 @@ def _run_exporter(
     out = path.parent
     transformers, overlay, why = picked
     cmd = command(env, folder, weight_format, out, overlay)
-    run = base.run_offline(cmd, out / LOG_FILE, timeout_s, env=_child_env(), cwd=out)
+    run = base.run_offline(cmd, out / LOG_FILE, timeout_s, env=toolenv.child_env(), cwd=out)
     conversion = Conversion.of_run(
         run, cmd, converter=NAME, tool=TOOL, distribution=DISTRIBUTION, version=env.version,
         options=options(weight_format, transformers), source=folder,
@@ -640,15 +453,9 @@ def _run_exporter(
             "overlay": str(overlay) if overlay else None,
             "why": why,
         },
-        "files": _files(out),
+        "files": toolenv.files(out),
         "log": LOG_FILE,
     }
-
-
-def _files(out: Path) -> dict[str, dict[str, Any]]:
-    """Every file the exporter wrote (and its log), with size and sha256."""
-    return {f.name: {"size": f.stat().st_size, "sha256": file_sha256(f)}
-            for f in sorted(out.iterdir()) if f.is_file()}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rtmatrix.converters import base
-from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log
+from rtmatrix.converters.base import ChildRun, Conversion, Converted, Log, VendorDtype, dtype_map
 from rtmatrix.converters.base import error_line as error_line  # the builder's: no specifics
 from rtmatrix.fixtures.cache import file_sha256
 from rtmatrix.fixtures.sources import content_sha256
@@ -54,10 +54,24 @@ CONTAINER = "onnx"
 EXTRA = "onnxruntime-genai"
 #: the builder's precisions for the CPU execution provider (its fp16/bf16 are CUDA/DML ones)
 PRECISIONS = ("fp32", "int8", "int4")
-#: rtmatrix dtype -> the builder's ``--precision``. int4/int8 are ``MatMulNBits`` weights in
-#: blocks of 32 with ``accuracy_level`` 4 (int8 activations inside the matmul); int4 also
-#: quantizes the embedding (``GatherBlockQuantized``)
-DTYPES = {"f32": "fp32", "int8w": "int8", "int4w": "int4"}
+#: the builder's own quantizations (its ``--precision``, every other option at its default, as
+#: onnxruntime-genai 0.18's ``builder.py`` and ``quantization/quant_config.py`` set them for the
+#: CPU provider): ``MatMulNBits`` round-to-nearest weights, symmetric (no zero point), blocks of
+#: 32 along the input, ``accuracy_level`` 4 (the matmul quantizes its activations to int8 at run
+#: time), every MatMul including the LM head; norms stay fp32. The embedding of a model that ties
+#: it to the LM head (``shared_embeddings``, on by default for such a model) is read from the
+#: quantized head at int4 (``GatherBlockQuantized``, 4-bit only) and stays a separate fp32 table
+#: at int8; an untied embedding stays fp32 (checked on SmolLM2-135M's graphs)
+VENDOR_DTYPES = (
+    VendorDtype("genai-int8", "--precision", "int8", 8,
+                "MatMulNBits int8 weights, symmetric, blocks of 32, int8 activations "
+                "(accuracy_level 4); LM head int8, embedding and norms fp32"),
+    VendorDtype("genai-int4", "--precision", "int4", 4,
+                "MatMulNBits int4 weights, symmetric, blocks of 32, int8 activations "
+                "(accuracy_level 4); LM head int4, a tied embedding read from it, norms fp32"),
+)  # fmt: skip
+#: rtmatrix dtype -> the builder's ``--precision``
+DTYPES = dtype_map({"f32": "fp32"}, VENDOR_DTYPES)
 EXECUTION_PROVIDER = "cpu"
 #: bump when the key or what a conversion records changes
 KEY_VERSION = "1"

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from rtmatrix.adapters.base import AdapterError, load_adapter_class, resolve_adapter
-from rtmatrix.fixtures import all_dtypes
+from rtmatrix.converters import dtypes as converter_dtypes
+from rtmatrix.fixtures.onnx_export import WEIGHT_ONLY
+from rtmatrix.fixtures.prepare import is_converted
 from rtmatrix.fixtures.sources import SOURCE_PREFIX
 from rtmatrix.fixtures.spec import known_models
 from rtmatrix.fixtures.variants import VARIANTS
+from rtmatrix.matrix import dtypes as matrix_dtypes
 from rtmatrix.matrix.targets import (
     ClusterConfig,
     Target,
@@ -581,9 +584,11 @@ def _prompt(
         raise ctx.fail(f"{where}.prompt_file", f"cannot read {path}: {exc}; {fix}") from None
 
 
-def _check_source(ctx: _Ctx, key: str, src: Path) -> None:
+def _check_source(ctx: _Ctx, key: str, src: Path) -> bool:
     """A checkpoint given as ``source``: what the importer would refuse (missing file, header,
-    architecture, fields, tensors), from its metadata and tensor names — before any work."""
+    architecture, fields, tensors), from its metadata and tensor names — before any work.
+    Whether it reaches the runtimes through their converters (False: rtmatrix's own importer
+    takes it, or it is refused here)."""
     from rtmatrix.fixtures.importer import CheckpointError, check_checkpoint
 
     try:
@@ -594,18 +599,19 @@ def _check_source(ctx: _Ctx, key: str, src: Path) -> None:
 
             why = refusal(src)
             if why is None:
-                return
+                return True
             ctx.note(key, f"checkpoint {src}: {why}; fix 'source' (a Hugging Face folder of an "
                      "architecture transformers can load, or a llama-architecture .gguf file)")
-            return
+            return False
         if src.is_file():  # a GGUF transformers' loader dequantizes: the converters' route
             from rtmatrix.fixtures.gguf_folder import gguf_refusal
 
             why = gguf_refusal(src)
             if why is None:
-                return
+                return True
             exc = ValueError(f"{exc}; transformers' GGUF loader: {why}")
         ctx.note(key, f"{exc}; fix 'source' (a llama-architecture .gguf file or HF folder)")
+    return False
 
 
 #: the first bytes of a model file per suffix (a file expected to run must start with them)
@@ -634,7 +640,16 @@ def _check_model_file(ctx: _Ctx, key: str, path: Path, expect: Expect) -> None:
         ctx.note(key, f"{what}; {fix}")
 
 
-def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
+@dataclass(frozen=True)
+class _Parsed:
+    """One ``[[fixtures]]`` table: its entries (one per dtype), and whether its model reaches
+    the runtimes through their converters (the rows' dtypes are checked against that)."""
+
+    entries: list[FixtureEntry]
+    converted: bool = False
+
+
+def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> _Parsed:
     where = f"fixtures[{i}]"
     if not isinstance(entry, dict):
         raise ctx.fail(where, "expected a [[fixtures]] table")
@@ -680,8 +695,9 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
         path = Path(entry["path"]).expanduser()
         path = path if path.is_absolute() else base / path
         _check_model_file(ctx, f"{where}.path", path, expect)
-        return [FixtureEntry(name=name, dtype=None, path=path, **extra)]
+        return _Parsed([FixtureEntry(name=name, dtype=None, path=path, **extra)])
     model = entry.get("model")
+    converted = False
     if "source" in entry:  # a user's checkpoint, imported into every format
         if model is not None or not isinstance(entry["source"], str):
             raise ctx.fail(
@@ -690,25 +706,70 @@ def _fixture(ctx: _Ctx, i: int, entry: Any, base: Path) -> list[FixtureEntry]:
             )
         src = Path(entry["source"]).expanduser()
         src = src if src.is_absolute() else base / src
-        _check_source(ctx, f"{where}.source", src)
+        converted = _check_source(ctx, f"{where}.source", src)
         model = f"{SOURCE_PREFIX}{src}"
         entry = {"name": src.stem if src.suffix else src.name} | entry
     elif model not in (known := known_models()):
         raise ctx.fail(
             f"{where}.model", f"unknown fixture model {model!r}; valid: {', '.join(known)}"
         )
+    else:
+        converted = is_converted(model)
     extra["prompt"] = _prompt(ctx, where, entry, model, base)
-    valid = all_dtypes()
     dtypes = entry.get("dtypes", ["f32"])
     if not isinstance(dtypes, list) or not dtypes:
-        raise ctx.fail(f"{where}.dtypes", f"expected a non-empty list; valid: {', '.join(valid)}")
-    bad = [d for d in dtypes if d not in valid]
+        valid = ", ".join(matrix_dtypes.valid())
+        raise ctx.fail(f"{where}.dtypes", f"expected a non-empty list; valid: {valid}")
+    bad = matrix_dtypes.unknown(dtypes)
     if bad:
-        raise ctx.fail(f"{where}.dtypes", f"unknown dtype(s) {bad}; valid: {', '.join(valid)}")
+        raise ctx.fail(f"{where}.dtypes", bad)
     name = entry.get("name", model if not variant else f"{model}-{variant}")
     if not isinstance(name, str):
         raise ctx.fail(f"{where}.name", f"expected a string, got {name!r}")
-    return [FixtureEntry(name=name, dtype=d, model=model, **extra) for d in dtypes]
+    entries = [FixtureEntry(name=name, dtype=d, model=model, **extra) for d in dtypes]
+    return _Parsed(entries, converted)
+
+
+def _check_row_dtypes(ctx: _Ctx, parsed: list[_Parsed], runtimes: list[RuntimeEntry]) -> None:
+    """Each fixture's dtypes against the rows that run it (:mod:`rtmatrix.matrix.dtypes`): a
+    converter's own dtype on another converter's row, or rtmatrix's own weight-only one on a
+    converted checkpoint, is a problem of the matrix; all are listed at the end of the load."""
+    checked = [(i, fx, group.converted) for i, group in enumerate(parsed) for fx in group.entries
+               if _row_checked(fx, group.converted)]  # fmt: skip
+    if not checked:
+        return
+    rows = {rt.name: row for rt in runtimes if (row := _row(rt)) is not None}
+    seen: set[tuple[int, str]] = set()
+    for i, fx, converted in checked:
+        assert fx.dtype is not None and fx.model is not None  # checked by _row_checked
+        owner = converter_dtypes.owner(fx.dtype)
+        feeds = list(dict.fromkeys(rt.base_name for rt in runtimes if rt.name in rows
+                                   and owner and rows[rt.name].converter == owner))  # fmt: skip
+        for rt in runtimes:
+            chosen = not fx.runtimes or {rt.name, rt.base_name} & set(fx.runtimes)
+            if rt.name not in rows or not chosen:
+                continue
+            why = matrix_dtypes.problem(fx.dtype, fx.model, converted, rows[rt.name], feeds)
+            if why and (i, why) not in seen:
+                seen.add((i, why))
+                ctx.note(f"fixtures[{i}].dtypes", why)
+
+
+def _row_checked(fx: FixtureEntry, converted: bool) -> bool:
+    """Whether ``fx``'s dtype needs the rows' converters to be judged: a converter's own dtype,
+    or rtmatrix's own weight-only one on a converted checkpoint."""
+    if fx.dtype is None or fx.model is None:
+        return False
+    return (converted and fx.dtype in WEIGHT_ONLY) or converter_dtypes.owner(fx.dtype) is not None
+
+
+def _row(rt: RuntimeEntry) -> matrix_dtypes.Row | None:
+    """The row and the converter its adapter names (importing the adapter, not its runtime);
+    None for a third-party adapter that does not import here: its cells judge their dtypes."""
+    try:
+        return matrix_dtypes.Row(rt.name, adapter_converter(rt.adapter))
+    except AdapterError:
+        return None
 
 
 def parse_matrix(text: str, path: Path) -> Matrix:
@@ -721,7 +782,8 @@ def parse_matrix(text: str, path: Path) -> Matrix:
     fixtures_raw = raw.get("fixtures")
     if not isinstance(fixtures_raw, list) or not fixtures_raw:
         raise ctx.fail("fixtures", "expected at least one [[fixtures]] table")
-    fixtures = [fx for i, e in enumerate(fixtures_raw) for fx in _fixture(ctx, i, e, path.parent)]
+    parsed = [_fixture(ctx, i, e, path.parent) for i, e in enumerate(fixtures_raw)]
+    fixtures = [fx for group in parsed for fx in group.entries]
     labels = [f.label for f in fixtures]
     dupes = sorted({lbl for lbl in labels if labels.count(lbl) > 1})
     if dupes:
@@ -746,6 +808,7 @@ def parse_matrix(text: str, path: Path) -> Matrix:
         if unknown:
             why = f"unknown row(s) {', '.join(unknown)}; valid: {', '.join(names)}"
             raise ctx.fail(f"fixtures[{i}].runtimes", why)
+    _check_row_dtypes(ctx, parsed, runtimes)
     ctx.raise_problems()
     return Matrix(
         power=power,

@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rtmatrix.converters.dtypes import declared as converter_dtypes
 from rtmatrix.metrics.hostlimits import HostLimits, cached_or_reason
 from rtmatrix.names import M
 from rtmatrix.numerics import precision
@@ -43,8 +44,9 @@ from rtmatrix.outcome import Metric, Source
 UNIT = "ratio"
 #: bytes per element of a KV-cache precision (rtmatrix's names, :mod:`rtmatrix.numerics`)
 ELEMENT_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "u8": 1.0, "i8": 1.0, "u4": 0.5, "i4": 0.5}
-#: the fixture dtypes whose matmuls run on integer kernels (when the numerics say nothing)
-_INTEGER_DTYPES = {"q8_0", "q4_0", "int8", "int8w", "int4w"}
+#: the fixture dtypes whose matmuls run on integer kernels (when the numerics say nothing):
+#: rtmatrix's own and every converter's own quantization (``genai-int4``, ``ov-int8``, ...)
+_INTEGER_DTYPES = frozenset({"q8_0", "q4_0", "int8", "int8w", "int4w", *converter_dtypes()})
 BYTES_FORMULA = ("weights read per step + 2 × n_layer × n_head_kv × head_dim × KV element bytes "
                  "× (P + (G + 1) / 2)")  # fmt: skip
 FLOPS_FORMULA = ("2 × layer matmul params + 2 × head params / P + 2 × n_layer × n_head × "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from functools import cache
@@ -14,9 +15,41 @@ from typing import Any, cast
 
 from rtmatrix.results.records import RunRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: schema 2 (issue 42): a converter's own quantization is a dtype named for its vendor; a
+#: schema-1 cell converted by that vendor's tool at rtmatrix's generic weight-only dtype took
+#: the converter's quantization at that width
+_VENDOR_DTYPES_V2 = {
+    ("ort_genai", "int8w"): "genai-int8",
+    ("ort_genai", "int4w"): "genai-int4",
+    ("optimum_intel", "int8w"): "ov-int8",
+    ("optimum_intel", "int4w"): "ov-int4",
+    ("mnn_llmexport", "int8w"): "mnn-q8",
+    ("mnn_llmexport", "int4w"): "mnn-q4",
+}
+
+
+def _vendor_dtypes(record: dict[str, Any]) -> dict[str, Any]:
+    """1 -> 2: converted cells at ``int8w``/``int4w`` get their vendor's dtype (the fixture's
+    ``dtype`` and the cell key), so a diff against a newer run pairs the same cells."""
+    for cell in record.get("cells", []):
+        fx = cell.get("fixture") or {}
+        converter = (fx.get("conversion") or {}).get("converter")
+        new = _VENDOR_DTYPES_V2.get((str(converter), str(fx.get("dtype"))))
+        if new is None:
+            continue
+        old = str(fx["dtype"])
+        fx["dtype"] = new
+        parts = str(cell.get("key", "")).split("|")
+        if len(parts) >= 2:
+            parts[1] = re.sub(rf"/{old}(?=$|[^\w-])", f"/{new}", parts[1])
+            cell["key"] = "|".join(parts)
+    return record
+
+
 # schema_version N -> function upgrading a record from N to N + 1
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _vendor_dtypes}
 
 
 class ResultError(ValueError):

@@ -41,10 +41,9 @@ from rtmatrix.names import M, Scenario
 from rtmatrix.numerics import Judged, judged_as
 from rtmatrix.outcome import Judgement, Metric, Source, Status, Verdict, judge
 from rtmatrix.protocol import QUALITY_LOGITS, WorkerResult
+from rtmatrix.results.store import SCHEMA_VERSION
 from rtmatrix.runner.classify import CellOutcome, refine
 from rtmatrix.runner.process import TAIL_CHARS, Launch
-
-SCHEMA_VERSION = 1
 
 
 @dataclass

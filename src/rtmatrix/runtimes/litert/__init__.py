@@ -1,1 +1,2 @@
-"""The LiteRT row (``litert``): ai-edge-litert's Interpreter on rtmatrix's own .tflite export."""
+"""The LiteRT row (``litert``): ai-edge-litert's Interpreter on rtmatrix's own .tflite export and
+on what litert-torch writes from a Hugging Face checkpoint (``converters/litert_torch.py``)."""

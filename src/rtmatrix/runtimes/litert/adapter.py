@@ -1,13 +1,17 @@
-"""The LiteRT row: Google's LiteRT (TensorFlow Lite) ``Interpreter`` from ``ai-edge-litert`` on
-rtmatrix's own ``.tflite`` export (:mod:`rtmatrix.fixtures.tflite_export`), through its
-signature runners, with an explicit KV cache the harness carries between calls.
+"""The LiteRT row: Google's LiteRT (TensorFlow Lite) ``Interpreter`` from ``ai-edge-litert``,
+through a ``.tflite`` file's signature runners, with an explicit KV cache the harness carries
+between calls. It reads two files (:mod:`rtmatrix.runtimes.litert.layout` tells them apart by
+their signatures): rtmatrix's own export (:mod:`rtmatrix.fixtures.tflite_export`), and what
+Google's own exporter writes from a Hugging Face checkpoint (the adapter's ``converter``,
+:mod:`rtmatrix.converters.litert_torch`: ``litert-torch export_hf``).
 
-The file has two static-shape signatures: ``prefill`` (``prefill_chunk`` tokens) and ``decode``
-(one token), and a cache of ``max_ctx`` positions (``litert_config.json`` beside the file says
-both). A prompt is prefilled in chunks; the last chunk is padded with its padded keys masked
-(their cache slots are overwritten by later tokens before any query sees them); each call gets
-the additive mask of its positions. The cells' PP/TG therefore include what a static-shape
-format costs: padding, and attention over the whole cache every step.
+Each file has static shapes: prefill signatures of a fixed length (rtmatrix's ``prefill``,
+litert-torch's ``prefill_<N>``), a one-token ``decode``, and a cache of ``max_ctx`` positions. A
+prompt is prefilled in chunks; the last chunk is padded with its padded keys masked (their cache
+slots are overwritten by later tokens before any query sees them); each call gets the additive
+mask of its positions. litert-torch's prefill returns no logits, so a prompt's last token goes
+through ``decode``. The cells' PP/TG therefore include what a static-shape format costs:
+padding, and attention over the whole cache every step.
 
 The file is read into memory and handed over as ``model_content`` (given a path, this LiteRT
 crashes the process in its constructor on a truncated file; from memory it raises "not a valid
@@ -28,7 +32,6 @@ and no profiler in this wheel, so ``counters()`` is empty.
 from __future__ import annotations
 
 import collections
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -41,6 +44,7 @@ from rtmatrix.adapters.base import LoadParams, RuntimeUnavailable
 from rtmatrix.adapters.kvloop import ExplicitKvAdapter
 from rtmatrix.fixtures.tflite_export import causal_mask
 from rtmatrix.numerics import StackReport
+from rtmatrix.runtimes.litert import layout
 from rtmatrix.runtimes.litert.errors import ERROR_PATTERNS
 
 
@@ -80,15 +84,15 @@ class LiteRtAdapter(ExplicitKvAdapter):
     extra: ClassVar[str] = "litert"
     container: ClassVar[str] = "tflite"
     error_patterns: ClassVar[tuple[tuple[str, str], ...]] = ERROR_PATTERNS
+    #: Google's own exporter (litert-torch export_hf), in a venv of its own
+    converter: ClassVar[str | None] = "litert_torch"
 
     def __init__(self) -> None:
         self._lite: Any = None
         self._it: Any = None
-        self._prefill: Any = None
+        self._prefills: dict[str, Any] = {}
         self._decode: Any = None
-        self._config: dict[str, Any] = {}
-        self._chunk = 0
-        self._max_ctx = 0
+        self._layout: layout.Layout | None = None
         self._n_ctx = 0
         self._cache: dict[str, NDArray[np.float32]] = {}
         self._empty: dict[str, NDArray[np.float32]] = {}
@@ -116,20 +120,8 @@ class LiteRtAdapter(ExplicitKvAdapter):
         self._xnnpack = bool(params.options.get("xnnpack", True))
         self._threads = params.threads
         self._n_ctx = params.n_ctx
-        cfg_path = path.with_name("litert_config.json")
-        try:
-            self._config = json.loads(cfg_path.read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            msg = f"{cfg_path}: the row needs the exporter's config beside the file ({exc})"
-            raise ValueError(msg) from exc
-        self._chunk = int(self._config["prefill_chunk"])
-        self._max_ctx = int(self._config["max_ctx"])
-        if self._n_ctx > self._max_ctx:
-            msg = (
-                f"context length {self._n_ctx} exceeds this .tflite's static KV cache of "
-                f"{self._max_ctx} positions (rtmatrix.fixtures.tflite_export.MAX_CTX)"
-            )
-            raise ValueError(msg)
+        if path.with_name("litert_config.json").is_file():  # rtmatrix's own: shapes first
+            self._check_context(layout.own(path))
         lite = self._lite
         kind = (
             lite.OpResolverType.AUTO
@@ -146,7 +138,8 @@ class LiteRtAdapter(ExplicitKvAdapter):
         self._it.allocate_tensors()
         t2 = time.perf_counter()
         self._partitions = delegated(self._it._get_ops_details(), n_nodes)
-        self._prefill = self._it.get_signature_runner("prefill")
+        self._layout = self._check_context(self._read_layout(path))
+        self._prefills = {s: self._it.get_signature_runner(s) for _n, s in self._layout.prefills}
         self._decode = self._it.get_signature_runner("decode")
         self._timing = {
             "read_s": t1 - t0,
@@ -157,49 +150,93 @@ class LiteRtAdapter(ExplicitKvAdapter):
         self._empty = {
             name: np.zeros(tuple(d["shape"]), np.float32)
             for name, d in details.items()
-            if name.startswith(("k_cache_", "v_cache_"))
+            if self._layout.is_cache(name)
         }
         self.reset()
 
+    def _read_layout(self, path: Path) -> layout.Layout:
+        sigs = dict(self._it.get_signature_list())
+        details: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        if "decode" in sigs:
+            runner = self._it.get_signature_runner("decode")
+            details = (runner.get_input_details(), runner.get_output_details())
+        return layout.read(sigs, details, path)
+
+    def _check_context(self, lay: layout.Layout) -> layout.Layout:
+        if self._n_ctx > lay.max_ctx:
+            msg = (
+                f"context length {self._n_ctx} exceeds this .tflite's static KV cache of "
+                f"{lay.max_ctx} positions ({layout.CACHE_SOURCE[lay.made_by]})"
+            )
+            raise ValueError(msg)
+        return lay
+
+    @property
+    def _lay(self) -> layout.Layout:
+        if self._layout is None:
+            msg = "no model loaded"
+            raise RuntimeError(msg)
+        return self._layout
+
     @property
     def vocab_size(self) -> int:
-        return int(self._config["vocab_size"])
+        return self._lay.vocab_size
 
     @property
     def special_ids(self) -> dict[str, int]:
-        return {k: int(self._config[f"{k}_token_id"]) for k in ("bos", "eos")}
+        return dict(self._lay.special_ids)
 
     def _clear_cache(self) -> None:
         self._cache = {k: v.copy() for k, v in self._empty.items()}
 
-    def _call(self, runner: Any, ids: list[int], n_valid: int, pos: int) -> NDArray[np.float32]:
-        n = len(ids)
+    def _call(
+        self, runner: Any, ids: list[int], n_valid: int, pos: int
+    ) -> NDArray[np.float32] | None:
+        """One signature call over the cache (kept); its logits rows, None where it has none."""
+        n, lay = len(ids), self._lay
         out = runner(
-            input_ids=np.asarray([ids], np.int32),
+            **{lay.ids_input: np.asarray([ids], np.int32)},
             input_pos=np.arange(pos, pos + n, dtype=np.int32),
-            mask=causal_mask(pos, n, self._max_ctx, n_valid),
+            mask=causal_mask(pos, n, lay.max_ctx, n_valid),
             **self._cache,
         )
         for k in self._cache:
             self._cache[k] = out[k]
-        return np.asarray(out["logits"][0], dtype=np.float32)
+        return np.asarray(out["logits"][0], dtype=np.float32) if "logits" in out else None
+
+    def _step_one(self, token: int, pos: int) -> NDArray[np.float32]:
+        logits = self._call(self._decode, [token], 1, pos)
+        assert logits is not None  # both layouts' decode returns logits
+        last: NDArray[np.float32] = logits[-1]
+        return last
 
     def _forward(self, tokens: Sequence[int], start: int, total: int, phase: str) -> Any:
-        """The prompt in chunks of the prefill signature's length (the last padded); one token,
-        or no room for a padded chunk, through the decode signature."""
-        ids, pos, logits = [int(t) for t in tokens], start, None
-        for first in range(0, len(ids), self._chunk):
-            part = ids[first : first + self._chunk]
-            n_valid = len(part)
-            if n_valid == 1 or pos + self._chunk > self._max_ctx:
+        """The prompt in chunks of the prefill signatures' lengths (the last padded); one token,
+        or no room for a padded chunk, through the decode signature. Where a prefill returns no
+        logits (litert-torch's), the last token goes through decode."""
+        ids = [int(t) for t in tokens]
+        last = [] if self._lay.prefill_logits else ids[-1:]
+        pos, logits = self._prefill_chunks(ids[: len(ids) - len(last)], start)
+        for t in last:
+            logits = self._step_one(t, pos)
+        return logits
+
+    def _prefill_chunks(self, ids: list[int], pos: int) -> tuple[int, Any]:
+        lay, first, logits = self._lay, 0, None
+        while first < len(ids):
+            chunk, sig = lay.prefill_for(len(ids) - first)
+            part = ids[first : first + chunk]
+            first += len(part)
+            if len(part) == 1 or pos + chunk > lay.max_ctx:
                 for t in part:
-                    logits = self._call(self._decode, [t], 1, pos)[-1]
+                    logits = self._step_one(t, pos)
                     pos += 1
                 continue
-            padded = part + [part[-1]] * (self._chunk - n_valid)
-            logits = self._call(self._prefill, padded, n_valid, pos)[n_valid - 1]
-            pos += n_valid
-        return logits
+            padded = part + [part[-1]] * (chunk - len(part))
+            rows = self._call(self._prefills[sig], padded, len(part), pos)
+            logits = None if rows is None else rows[len(part) - 1]
+            pos += len(part)
+        return pos, logits
 
     def counters(self) -> dict[str, float]:
         return {}
@@ -213,12 +250,7 @@ class LiteRtAdapter(ExplicitKvAdapter):
                 if self._xnnpack
                 else "BUILTIN_WITHOUT_DEFAULT_DELEGATES (builtin kernels only)",
             },
-            "static_shapes": {
-                "prefill_chunk": self._chunk,
-                "max_ctx": self._max_ctx,
-                "note": "a prompt is prefilled in chunks (the last padded); every step attends "
-                "over the whole cache (masked)",
-            },
+            "static_shapes": self._shapes(),
             "partitions": dict(self._partitions)
             | {
                 "source": "Interpreter._get_ops_details() after allocate_tensors(): DELEGATE "
@@ -243,6 +275,20 @@ class LiteRtAdapter(ExplicitKvAdapter):
             },
         }
 
+    def _shapes(self) -> dict[str, Any]:
+        """The file's static shapes and whose layout it is (rtmatrix's or litert-torch's)."""
+        if self._layout is None:
+            return {}
+        lay = self._layout
+        return lay.to_dict() | {
+            "prefill_chunk": max(lay.chunks),
+            "max_ctx": lay.max_ctx,
+            "note": "a prompt is prefilled in chunks (the last padded); every step attends "
+            "over the whole cache (masked)"
+            + ("" if lay.prefill_logits else "; the prefill returns no logits: the prompt's "
+               "last token goes through decode"),
+        }  # fmt: skip
+
     def stack_report(self, dtype: str | None, evidence: Mapping[str, Any]) -> StackReport:
         """Backend, kernels and effective numerics (StackReporting), from this row's evidence."""
         from rtmatrix.runtimes.litert import stack
@@ -250,6 +296,6 @@ class LiteRtAdapter(ExplicitKvAdapter):
         return stack.report(dict(evidence), dtype)
 
     def close(self) -> None:
-        self._prefill = self._decode = None
+        self._prefills, self._decode = {}, None
         self._it = None
         self._cache = {}

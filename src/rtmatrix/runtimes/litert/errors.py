@@ -13,4 +13,6 @@ ERROR_PATTERNS: tuple[tuple[str, str], ...] = (
     (ErrorKind.BAD_FILE, r"Could not open|Model provided|buffer size|is empty"),
     # an empty file is no model_content at all to the Python wrapper
     (ErrorKind.BAD_FILE, r"`model_path` or `model_content` must be specified"),
+    # a .tflite of neither layout the row drives (rtmatrix's own, litert-torch's): see layout.py
+    (ErrorKind.BAD_FILE, r"no 'decode' signature|neither rtmatrix's 'prefill'|signature lacks"),
 )

@@ -276,7 +276,7 @@ def numerics(settings: Mapping[str, Any], export: Mapping[str, Any]) -> Numerics
     """The facts MNN-LLM and the export give: the embedding table's precision (the weight
     layout) and, for 8/4-bit weights at ``memory`` low, the run-time quantization of the
     matmuls' activations (MNN's int8 GEMM on the quantized weights; measured on SmolLM2-135M
-    int8w: KLD 0.040 at low, 0.0012 at normal)."""
+    mnn-q8: KLD 0.040 at low, 0.0012 at normal)."""
     reported = dict(settings.get("reported") or {})
     emb = dict(export.get("embedding") or {})
     layout = None
