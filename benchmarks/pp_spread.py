@@ -3,7 +3,7 @@
 Reads the CSV ``compare_quality.py --samples FILE`` appends (one row per counted repetition:
 comparison, cell, metric, round, side, position in the round's order, repetition index, value,
 turn pattern, repetitions, warm-ups) and prints, per metric and design (pattern, repetitions,
-prompt length):
+warm-ups, shape, and the comparison's condition: A/A or an injected slowdown):
 
 - the **per-round sd of the log-ratio** (B's median over A's, the figure a comparison's check
   judges) for the recorded repetitions and for subsets of them read from the same rounds:
@@ -54,9 +54,11 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     df["shape"] = df["cell"].astype(str).str.rsplit("|", n=1).str[-1]
+    # the condition ends the comparison's id (compare_quality.ledger_rows): A/A, pp10%, ...
+    df["condition"] = df["comparison"].astype(str).str.rsplit("-", n=1).str[-1]
     df["design"] = (
         df["turns"].astype(str) + " r" + df["reps"].astype(str) + " w" + df["warmup"].astype(str)
-        + " " + df["shape"]
+        + " " + df["shape"] + " " + df["condition"]
     )  # fmt: skip
     df["log"] = np.log(df["value"].astype(float))
     return df
