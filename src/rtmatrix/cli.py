@@ -926,6 +926,9 @@ def _runtimes_json(names: list[str]) -> int:
             "container": mod.CONTAINER, "dtypes": sorted(mod.DTYPES),
             # where its version is chosen other than by installing the distribution
             "version_env": getattr(mod, "VERSION_ENV", None), "rows": fed,
+            # its own quantizations, as the home declares them (converters.dtypes)
+            "quantized": [{"dtype": d.name, "option": d.option, "bits": d.bits, "doc": d.doc}
+                          for d in getattr(mod, "VENDOR_DTYPES", ())],
         })  # fmt: skip
     print(json.dumps({"runtimes": rows, "converters": convs}, indent=1))
     return 0

@@ -314,6 +314,11 @@ def test_runtimes_json_lists_each_converter_as_its_home_declares_it(
     assert convs["optimum_intel"]["version_env"] == "RTMATRIX_OPTIMUM_INTEL_VERSION"
     assert {"openvino", "openvino_genai"} <= set(convs["optimum_intel"]["rows"])
     assert convs["llama_cpp"]["version_env"] is None
+    # each converter's own quantizations, as its home declares them
+    genai = {q["dtype"]: q for q in convs["ort_genai"]["quantized"]}
+    assert genai["genai-int4"]["option"] == "--precision int4" and genai["genai-int4"]["bits"] == 4
+    assert all(q["doc"] for c in convs.values() for q in c["quantized"])
+    assert convs["llama_cpp"]["quantized"] == []
     # rows named: only the converters that feed them
     assert main(["runtimes", "--json", "mnn_llm"]) == 0
     only = json.loads(capsys.readouterr().out)
